@@ -1,0 +1,46 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from toolformer.cli import main
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "toolformer.cli", *args], capture_output=True, text=True)
+
+
+def test_help_lists_stage_commands():
+    out = run_cli("--help")
+    assert out.returncode == 0
+    for cmd in ("run", "sample", "execute", "filter", "build", "finetune", "evaluate", "inspect", "tool", "generate"):
+        assert cmd in out.stdout
+
+
+def test_tool_json_result_and_error(capsys):
+    assert main(["tool", "Calculator", "18 + 12 * 3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out == {"tool": "Calculator", "input": "18 + 12 * 3", "result": "54", "error": None}
+    assert main(["tool", "Calculator", "__import__('os').system('id')", "--json"]) == 1
+    out = json.loads(capsys.readouterr().out)
+    assert out["result"] is None and out["error"]["code"] == "not_arithmetic"
+
+
+def test_tool_calendar_and_wikisearch(capsys, repo_root, monkeypatch):
+    monkeypatch.chdir(repo_root)
+    assert main(["tool", "Calendar", "", "--date", "2023-01-30"]) == 0
+    assert capsys.readouterr().out.strip() == "Today is Monday, January 30, 2023."
+    assert main(["tool", "WikiSearch", "Aldermoor Bridge"]) == 0
+    assert capsys.readouterr().out.startswith("Aldermoor Bridge > ")
+
+
+def test_usage_errors_exit_2(tmp_path, capsys):
+    assert main(["tool", "Nope", "x"]) == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("# x\nfilter:\n  nonsense: 1\n")
+    assert main(["sample", "--config", str(bad)]) == 2
+    assert "filter.nonsense: unknown key" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        main(["tool"])
+    assert e.value.code == 2

@@ -1,0 +1,141 @@
+import time
+
+import pytest
+
+from toolformer.config import ToolsConfig
+from toolformer.sandbox import Sandbox
+from toolformer.tools import REGISTRY, Tool, ToolError, build_tool, render_prompt
+from toolformer.calls import STYLES
+
+
+def test_registry_tools_describe_themselves():
+    assert set(REGISTRY) == {"Calculator", "Calendar", "WikiSearch", "QA", "MT"}
+    for tool in REGISTRY.values():
+        assert tool.name and tool.description and tool.input_description
+        assert "{text}" in tool.prompt and f"[{tool.name}(" in tool.prompt
+        assert isinstance(tool.read_only, bool)
+
+
+def test_render_prompt_special_style():
+    tool = REGISTRY["Calculator"]
+    p = render_prompt(tool, "X", STYLES["special"])
+    assert "<API>Calculator(340 + 275)</API>" in p and p.rstrip().endswith("Input: X\nOutput:")
+
+
+def test_calendar():
+    cal = build_tool("Calendar")
+    assert cal.run("", "2023-01-30") == "Today is Monday, January 30, 2023."
+    with pytest.raises(ToolError) as e:
+        cal.run("", None)
+    assert e.value.code == "no_date"
+
+
+def _tools_cfg(tmp_path, repo_root):
+    import shutil
+
+    for name in ("collection.jsonl", "knowledge.jsonl"):
+        shutil.copy(repo_root / "data" / name, tmp_path / name)
+    return ToolsConfig(collection=str(tmp_path / "collection.jsonl"), knowledge=str(tmp_path / "knowledge.jsonl"))
+
+
+def test_wikisearch_finds_document_and_saves_index(tmp_path, repo_root):
+    cfg = _tools_cfg(tmp_path, repo_root)
+    ws = build_tool("WikiSearch", cfg)
+    out = ws.run("Kessford")
+    assert out.startswith("Kessford > Kessford is a village")
+    assert (tmp_path / "collection.jsonl.bm25" / "stamp.txt").exists()
+    # A second instance loads the saved index and answers the same.
+    assert build_tool("WikiSearch", cfg).run("Kessford") == out
+    assert len(out) <= cfg.snippet_chars + len("Kessford > ") + 1
+    with pytest.raises(ToolError):
+        ws.run("zzzz qqqq")
+
+
+def test_qa_answers_from_knowledge(tmp_path, repo_root):
+    qa = build_tool("QA", _tools_cfg(tmp_path, repo_root))
+    assert qa.run("When was Kessford founded?") == "1550"
+    assert qa.run("What is the population of Brightwater?") == "96,500"
+    assert qa.run("Where was Tobias Renwick born?") == "Brightwater"
+    with pytest.raises(ToolError) as e:
+        qa.run("Who painted the Mona Lisa?")
+    assert e.value.code == "not_found"
+
+
+def test_mt_errors_without_model(tmp_path):
+    with pytest.raises(ToolError) as e:
+        build_tool("MT").run("hola")
+    assert e.value.code == "no_model"
+    with pytest.raises(ToolError) as e:
+        build_tool("MT", ToolsConfig(mt_model=str(tmp_path / "missing"))).run("hola")
+    assert "does not exist" in e.value.message
+
+
+def test_mt_with_tiny_seq2seq_built_in_code(tmp_path):
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    from toolformer.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["hola mundo", "bonjour le monde", "hello world"], vocab_size=120)
+    model = T5ForConditionalGeneration(T5Config(
+        vocab_size=len(tok), d_model=16, d_ff=32, d_kv=8, num_layers=1, num_heads=2,
+        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, decoder_start_token_id=tok.pad_token_id,
+    ))
+    model.save_pretrained(tmp_path / "mt")
+    tok.save_pretrained(tmp_path / "mt")
+    mt = build_tool("MT", ToolsConfig(mt_model=str(tmp_path / "mt")))
+    mt.max_new_tokens = 5
+    out = Sandbox({"MT": mt}).run("MT", "hola mundo")
+    # Random weights: any text, but a real generate ran (or a clean empty-result error).
+    assert out.ok or out.error["code"] == "empty_result"
+
+
+class Sleeper(Tool):
+    name = "Sleeper"
+
+    def run(self, tool_input, date=None):
+        time.sleep(3600)
+
+
+class Raiser(Tool):
+    name = "Raiser"
+
+    def run(self, tool_input, date=None):
+        raise KeyError("boom")
+
+
+class Flood(Tool):
+    name = "Flood"
+
+    def run(self, tool_input, date=None):
+        return "x" * 5_000_000 + "]"
+
+
+def test_sandbox_contains_hang_exception_and_flood():
+    sb = Sandbox({t.name: t() for t in (Sleeper, Raiser, Flood)}, timeout_s=0.3, max_result_chars=50,
+                 forbidden_markers=["]"])
+    t0 = time.monotonic()
+    hang, boom, flood, unknown = sb.run_many(
+        [("Sleeper", "", None), ("Raiser", "", None), ("Flood", "", None), ("Nope", "", None)]
+    )
+    assert time.monotonic() - t0 < 3
+    assert hang.error["code"] == "timeout"
+    assert boom.error["code"] == "exception" and "KeyError" in boom.error["message"]
+    assert len(flood.result) == 51 and "]" not in flood.result
+    assert unknown.error["code"] == "unknown_tool"
+
+
+def test_sandbox_cache_runs_identical_calls_once():
+    calls = []
+
+    class Counter(Tool):
+        name = "Counter"
+
+        def run(self, tool_input, date=None):
+            calls.append(tool_input)
+            return tool_input.upper()
+
+    sb = Sandbox({"Counter": Counter()})
+    outs = sb.run_many([("Counter", "a", None), ("Counter", "a", "2020-01-01"), ("Counter", "b", None)])
+    assert [o.result for o in outs] == ["A", "A", "B"]  # date ignored: not a date tool
+    sb.run("Counter", "a")
+    assert sorted(calls) == ["a", "b"] and sb.calls_executed == 2

@@ -1,0 +1,238 @@
+"""Typed configuration of the pipeline: one dataclass per stage.
+
+Every field has a type, a default and a one-line meaning (with units). The YAML
+files in ``configs/`` set these fields; ``key=value`` on the command line
+overrides them (``filter.tau_filter=0.5``). See :mod:`toolformer.configuration`
+for loading and validation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STAGES = ("sample", "execute", "filter", "build", "finetune", "evaluate", "inspect")
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""
+    """Folder or hub id of the causal LM (and its tokenizer unless `tokenizer` is set)."""
+    tokenizer: str = ""
+    """Folder or hub id of the tokenizer; empty = same as `path`."""
+    dtype: str = "auto"
+    """auto (float32 on CPU, bfloat16 on GPU), float32, bfloat16 or float16."""
+    device: str = "auto"
+    """auto (cuda if available, else cpu), cpu, cuda or cuda:N."""
+    max_length: int = 0
+    """Model window in tokens; 0 = the model's max_position_embeddings."""
+    threads: int = 0
+    """torch CPU threads; 0 = one per core."""
+
+    def validate(self) -> None:
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+
+
+@dataclass
+class CallsConfig:
+    style: str = "plain"
+    """Call markers: plain (`[`, `]`, `→`), plain_ascii (`->`) or special (`<API>`, `</API>` added tokens)."""
+    separator: str = " "
+    """Text between an inline call and what follows it; also after a call used as a filter prefix."""
+
+    def validate(self) -> None:
+        from toolformer.calls import STYLES
+
+        if self.style not in STYLES:
+            raise ValueError(f"style: {self.style!r} is not one of {sorted(STYLES)}")
+
+
+@dataclass
+class CorpusConfig:
+    path: str = "data/corpus.jsonl"
+    """Local JSONL/Parquet/text file or folder, or a hub data set name."""
+    format: str = "auto"
+    """auto (from the file suffix), json, parquet, text or hub."""
+    split: str = "train"
+    """Split to read."""
+    id_field: str = "id"
+    """Column with the document id (text corpora get line numbers)."""
+    text_field: str = "text"
+    """Column with the document text."""
+    date_field: str = "date"
+    """Column with the document date (YYYY-MM-DD), optional."""
+    max_docs: int = 0
+    """Read at most this many documents; 0 = all."""
+
+
+@dataclass
+class ToolsConfig:
+    enabled: list[str] = field(default_factory=lambda: ["Calculator", "Calendar", "WikiSearch", "QA"])
+    """Tools to annotate with, by registry name."""
+    collection: str = "data/collection.jsonl"
+    """JSONL documents (`id`, `title`, `text`) that WikiSearch searches."""
+    knowledge: str = "data/knowledge.jsonl"
+    """JSONL facts (`subject`, `relation`, `object`, `question`) that QA answers from."""
+    mt_model: str = ""
+    """Folder of a seq2seq translation model (NLLB in the paper); empty = MT unavailable."""
+    mt_target_lang: str = "eng_Latn"
+    """Target language code for NLLB-style tokenizers (ignored when the tokenizer has none)."""
+    search_top_k: int = 1
+    """WikiSearch snippets returned per query."""
+    snippet_chars: int = 200
+    """WikiSearch: characters of each snippet's text."""
+    timeout_s: float = 5.0
+    """Seconds a single call may run before it is abandoned with a timeout error."""
+    max_input_chars: int = 200
+    """Longer tool inputs are refused."""
+    max_result_chars: int = 300
+    """Longer results are truncated."""
+    concurrency: int = 4
+    """Calls run at once (threads) when executing many."""
+    allow_side_effects: bool = False
+    """Allow tools not marked read-only to be called during annotation."""
+
+
+@dataclass
+class ToolSampleOverride:
+    tau_sample: float | None = None
+    """Per-tool tau_s; null = the stage default."""
+    top_k: int | None = None
+    """Per-tool k; null = the stage default."""
+    num_calls: int | None = None
+    """Per-tool m; null = the stage default."""
+
+
+@dataclass
+class SampleConfig:
+    tau_sample: float = 0.05
+    """tau_s: keep positions where p(call-start) exceeds this."""
+    top_k: int = 5
+    """k: at most this many positions per document and tool."""
+    num_calls: int = 5
+    """m: calls sampled per kept position."""
+    per_tool: dict[str, ToolSampleOverride] = field(
+        default_factory=lambda: {
+            "Calculator": ToolSampleOverride(0.0, 20, 10),
+            "MT": ToolSampleOverride(0.0, 20, 10),
+        }
+    )
+    """Per-tool tau_s, k, m (the paper: 0.0, 20, 10 for calculator and translation)."""
+    method: dict[str, str] = field(default_factory=dict)
+    """Per-tool candidate source: sampler (the paper's few-shot sampling), rules or both; default sampler."""
+    prefilter: bool = True
+    """Apply the paper's per-tool text pre-filters (calculator, calendar)."""
+    max_new_tokens: int = 24
+    """Longest sampled call input, in tokens, before the call is dropped as unclosed."""
+    temperature: float = 1.0
+    """Sampling temperature for call inputs."""
+    batch_tokens: int = 16384
+    """Token budget of one forward batch."""
+    max_rule_candidates: int = 24
+    """Rule proposers: at most this many candidates per position."""
+
+
+@dataclass
+class ExecuteConfig:
+    cache: bool = True
+    """Execute identical (tool, input, date) calls once."""
+
+
+@dataclass
+class FilterConfig:
+    tau_filter: float = 1.0
+    """tau_f: keep a call if L⁻ − L⁺ ≥ tau_f."""
+    per_tool_tau: dict[str, float] = field(default_factory=lambda: {"Calculator": 0.5, "MT": 0.5})
+    """Per-tool tau_f (the paper: 0.5 for calculator and translation)."""
+    horizon: int = 5
+    """Tokens weighted after the position: w̃_t = max(0, 1 − t/horizon), normalised."""
+    batch_tokens: int = 16384
+    """Token budget of one forward batch (padded tokens counted)."""
+    dtype: str = "float32"
+    """Dtype of the model while filtering; log-softmax is always float32."""
+
+
+@dataclass
+class BuildConfig:
+    drop_without_calls: bool = True
+    """Drop documents none of whose calls was kept."""
+    plain_ratio: float = 0.0
+    """Mix in this many plain documents per augmented one (0 = none)."""
+    max_per_tool: int = 25000
+    """At most this many kept calls per tool (the paper: 25k)."""
+
+
+@dataclass
+class FinetuneConfig:
+    output_dir: str = ""
+    """Model folder; empty = RUN_DIR/model."""
+    learning_rate: float = 1e-5
+    """Peak learning rate (the paper: 1e-5)."""
+    warmup_ratio: float = 0.1
+    """Share of steps with linear warm-up (the paper: 10 %)."""
+    batch_size: int = 128
+    """Effective batch in sequences (the paper: 128)."""
+    micro_batch_size: int = 8
+    """Sequences per forward per process; accumulation makes up the rest."""
+    max_steps: int = 2000
+    """Optimizer steps (the paper: at most 2k)."""
+    max_length: int = 1024
+    """Sequence length in tokens (the paper: 1024)."""
+    eval_every: int = 100
+    """Evaluate dev perplexity every this many steps; the best checkpoint is kept."""
+    dev_ratio: float = 0.05
+    """Share of the data set held out for dev perplexity."""
+    save_every: int = 100
+    """Write a resumable checkpoint every this many steps."""
+    gradient_checkpointing: bool = False
+    """Trade compute for memory."""
+    dtype: str = "auto"
+    """auto (bf16 on GPU, fp32 on CPU), float32 or bfloat16."""
+
+
+@dataclass
+class EvaluateConfig:
+    output_dir: str = ""
+    """Folder for predictions and results; empty = RUN_DIR/eval."""
+    top_k_trigger: int = 10
+    """A call starts whenever the call-start token is among the top k (the paper: 10)."""
+    max_calls: int = 1
+    """Calls per input (the paper: 1)."""
+    max_new_tokens: int = 32
+    """Tokens generated per item."""
+
+
+@dataclass
+class InspectConfig:
+    top: int = 10
+    """Kept calls shown at the top and bottom of the margin ranking."""
+    page_size: int = 200
+    """Documents per page of report.html."""
+
+
+@dataclass
+class PipelineConfig:
+    run_dir: str = "runs/default"
+    """Folder every stage writes into."""
+    seed: int = 0
+    """Seed set once at the start of every stage."""
+    stages: list[str] = field(default_factory=lambda: ["sample", "execute", "filter"])
+    """Stages `toolformer run` runs, in order."""
+    shard_size: int = 256
+    """Records per output shard (resume granularity)."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    calls: CallsConfig = field(default_factory=CallsConfig)
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+    sample: SampleConfig = field(default_factory=SampleConfig)
+    execute: ExecuteConfig = field(default_factory=ExecuteConfig)
+    filter: FilterConfig = field(default_factory=FilterConfig)
+    build: BuildConfig = field(default_factory=BuildConfig)
+    finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
+    inspect: InspectConfig = field(default_factory=InspectConfig)
+
+    def validate(self) -> None:
+        for s in self.stages:
+            if s not in STAGES:
+                raise ValueError(f"stages: unknown stage {s!r} (known: {', '.join(STAGES)})")

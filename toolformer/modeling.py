@@ -1,0 +1,134 @@
+"""Loading causal LMs and tokenizers; the tiny model built in code for tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from toolformer.calls import CallStyle, add_call_tokens
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
+    """``auto`` is float32 on CPU and bfloat16 on GPU (DESIGN §2, fine-tuning)."""
+    if name == "auto":
+        return torch.bfloat16 if device.type == "cuda" else torch.float32
+    return DTYPES[name]
+
+
+def set_threads(threads: int = 0) -> None:
+    """Use one torch thread per core unless told otherwise (2 cores here)."""
+    if not threads:
+        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, threads))
+
+
+def _check_local(path: str, what: str) -> None:
+    """A path that is not a folder and cannot be a hub id (``org/name``) is an error."""
+    if Path(path).exists():
+        return
+    parts = path.split("/")
+    hub_like = not path.startswith((".", "/", "~")) and len(parts) <= 2 and all(parts)
+    if not hub_like:
+        raise FileNotFoundError(f"{what} folder {path} does not exist")
+
+
+def load_tokenizer(path: str, style: CallStyle | None = None):
+    from transformers import AutoTokenizer
+
+    if not path:
+        raise ValueError("model.path: no model configured")
+    _check_local(path, "tokenizer")
+    tok = AutoTokenizer.from_pretrained(path)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if style is not None and style.special_tokens:
+        add_call_tokens(tok, None, style)
+    return tok
+
+
+def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=None):
+    """Any ``AutoModelForCausalLM`` from a folder or hub id, in eval mode."""
+    from transformers import AutoModelForCausalLM
+
+    if not path:
+        raise ValueError("model.path: no model configured")
+    _check_local(path, "model")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))  # call tokens were added
+    return model.to(device).eval()
+
+
+def load(model_cfg, calls_cfg=None):
+    """Model and tokenizer from a ModelConfig (+ CallsConfig for the markers)."""
+    from toolformer.calls import get_style
+
+    device = resolve_device(model_cfg.device)
+    dtype = resolve_dtype(model_cfg.dtype, device)
+    style = get_style(calls_cfg.style) if calls_cfg is not None else None
+    tok = load_tokenizer(model_cfg.tokenizer or model_cfg.path, style)
+    model = load_model(model_cfg.path, device, dtype, tok)
+    return model, tok
+
+
+def model_window(model, model_cfg=None) -> int:
+    if model_cfg is not None and model_cfg.max_length:
+        return model_cfg.max_length
+    c = model.config
+    for name in ("max_position_embeddings", "n_positions", "n_ctx"):
+        v = getattr(c, name, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return 2048
+
+
+def bos_ids(tokenizer) -> list[int]:
+    """[BOS] if the tokenizer defines one (DESIGN §5: sequences start with it)."""
+    bos = tokenizer.bos_token_id
+    return [bos] if bos is not None else []
+
+
+def tiny_tokenizer_texts() -> list[str]:
+    """Texts the tiny tokenizer is trained on: the shipped corpus and the prompts."""
+    from toolformer.tools import REGISTRY
+
+    root = Path(__file__).resolve().parent.parent / "data"
+    texts = [t.prompt for t in REGISTRY.values()]
+    for name in ("corpus.jsonl", "collection.jsonl", "knowledge.jsonl"):
+        p = root / name
+        if p.exists():
+            texts.extend(p.read_text(encoding="utf-8").splitlines())
+    texts.append("0 1 2 3 4 5 6 7 8 9 + - * / = ( ) [ ] → -> ")
+    return texts
+
+
+def write_tiny_model(out: str | Path, seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 2,
+                     positions: int = 1024, vocab_size: int = 600) -> Path:
+    """A randomly initialised GPT-2-shaped causal LM and a BPE tokenizer, both
+    built in code (nothing downloaded), saved with ``save_pretrained``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from toolformer.tokenizer import train_tokenizer
+
+    out = Path(out)
+    tok = train_tokenizer(tiny_tokenizer_texts(), vocab_size=vocab_size)
+    torch.manual_seed(seed)
+    config = GPT2Config(
+        vocab_size=len(tok), n_positions=positions, n_embd=hidden, n_layer=layers, n_head=heads,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )
+    model = GPT2LMHeadModel(config)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out

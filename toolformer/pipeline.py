@@ -1,0 +1,31 @@
+"""``toolformer run``: the configured stages in order, with wall time per stage."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import dump_yaml
+from toolformer.runfolder import atomic_write_text
+
+
+def save_resolved_config(cfg: PipelineConfig) -> Path:
+    path = Path(cfg.run_dir) / "config.yaml"
+    atomic_write_text(path, "# Resolved config of this run (defaults + file + overrides).\n" + dump_yaml(cfg))
+    return path
+
+
+def run_pipeline(cfg: PipelineConfig, force: bool = False) -> dict[str, float]:
+    from toolformer.cli import run_stage
+
+    save_resolved_config(cfg)
+    walls: dict[str, float] = {}
+    for name in cfg.stages:
+        t0 = time.perf_counter()
+        run_stage(name, cfg, force=force)
+        walls[name] = round(time.perf_counter() - t0, 2)
+    atomic_write_text(Path(cfg.run_dir) / "wall_seconds.json", json.dumps(walls, indent=2) + "\n")
+    print("run: wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
+    return walls

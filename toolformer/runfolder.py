@@ -1,0 +1,159 @@
+"""Run folders: sharded JSONL records, atomic writes and manifests written last.
+
+Layout of one stage's output, ``RUN_DIR/<stage>/``::
+
+    started.json          config hash of the run in progress
+    shard-00000.jsonl     records of work units 0 .. U-1 (U = shard_size)
+    shard-00001.jsonl     records of work units U .. 2U-1
+    rejected.jsonl        bad inputs, with the reason (if any)
+    manifest.json         counts, config hash, seed, versions: written last
+
+A shard is written to a temporary name and renamed, so a shard that exists is
+complete. A stage interrupted and rerun skips the work units of the shards it
+finds (same config hash) and continues; the manifest's existence means the
+stage finished.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import time
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+STARTED = "started.json"
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with tmp.open("w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def dumps(record: dict) -> str:
+    return json.dumps(record, ensure_ascii=False, sort_keys=False)
+
+
+def versions() -> dict:
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version()}
+    for pkg in ("toolformer", "torch", "transformers", "datasets", "accelerate"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = None
+    return out
+
+
+class Stage:
+    """One stage's output folder."""
+
+    def __init__(self, run_dir: str | Path, name: str):
+        self.name = name
+        self.dir = Path(run_dir) / name
+
+    # -- reading -------------------------------------------------------------
+    @property
+    def manifest_path(self) -> Path:
+        return self.dir / MANIFEST
+
+    def manifest(self) -> dict | None:
+        if not self.manifest_path.exists():
+            return None
+        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+
+    def is_complete(self, config_hash: str | None = None) -> bool:
+        m = self.manifest()
+        return m is not None and (config_hash is None or m.get("config_hash") == config_hash)
+
+    def shards(self) -> list[Path]:
+        return sorted(self.dir.glob("shard-*.jsonl"))
+
+    def records(self) -> Iterator[dict]:
+        """Every record of every complete shard, in order."""
+        for shard in self.shards():
+            with shard.open(encoding="utf-8") as f:
+                for line in f:
+                    if line.strip():
+                        yield json.loads(line)
+
+    def require(self, what: str = "") -> None:
+        if not self.is_complete():
+            raise FileNotFoundError(
+                f"{self.dir}: stage {self.name!r} has not finished (no {MANIFEST}); run it first{what}"
+            )
+
+    # -- writing -------------------------------------------------------------
+    def begin(self, config_hash: str, force: bool = False) -> int:
+        """Prepare to (re)write; return how many shards are already complete.
+
+        A different config hash or ``force`` clears the folder and starts over.
+        """
+        started = self.dir / STARTED
+        if self.dir.exists():
+            same = started.exists() and json.loads(started.read_text()).get("config_hash") == config_hash
+            if force or not same:
+                shutil.rmtree(self.dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.manifest_path.exists():
+            self.manifest_path.unlink()
+        if not started.exists():
+            atomic_write_text(started, json.dumps({"config_hash": config_hash, "time": time.time()}))
+        for tmp in self.dir.glob(".*.tmp-*"):
+            tmp.unlink()  # a half-written file from an interrupted run
+        return len(self.shards())
+
+    def write_shard(self, index: int, records: Iterable[dict]) -> None:
+        text = "".join(dumps(r) + "\n" for r in records)
+        atomic_write_text(self.dir / f"shard-{index:05d}.jsonl", text)
+
+    def write_rejected(self, rejected: list[dict]) -> None:
+        path = self.dir / "rejected.jsonl"
+        if rejected:
+            atomic_write_text(path, "".join(dumps(r) + "\n" for r in rejected))
+        elif path.exists():
+            path.unlink()
+
+    def finish(self, config_hash: str, seed: int, counts: dict, **extra) -> dict:
+        manifest = {
+            "stage": self.name,
+            "config_hash": config_hash,
+            "seed": seed,
+            "counts": counts,
+            "shards": len(self.shards()),
+            "versions": versions(),
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            **extra,
+        }
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
+        return manifest
+
+
+def run_sharded(stage: Stage, units: list, shard_size: int, first_shard: int, process, progress=None) -> None:
+    """Process ``units`` in groups of ``shard_size``, one shard per group.
+
+    ``process(group) -> list[dict]`` returns the records of a group; groups of
+    shards already complete are skipped. ``progress`` (a tqdm bar) is advanced
+    by the number of units.
+    """
+    n_groups = (len(units) + shard_size - 1) // shard_size
+    if progress is not None and first_shard:
+        progress.update(min(len(units), first_shard * shard_size))
+    for g in range(first_shard, n_groups):
+        group = units[g * shard_size : (g + 1) * shard_size]
+        stage.write_shard(g, process(group))
+        if progress is not None:
+            progress.update(len(group))
+
+
+def fmt_pct(part: int, whole: int) -> str:
+    return f"{100.0 * part / whole:.1f} %" if whole else "n/a"

@@ -1,0 +1,135 @@
+"""Running tool calls safely: timeouts, output caps, structured errors, a cache.
+
+Every stage that calls a tool goes through :class:`Sandbox`. A call never
+raises: it returns an :class:`Outcome` with either ``result`` or ``error``.
+A call that outlives its timeout is abandoned (its daemon thread is left to
+finish on its own) and recorded as a ``timeout`` error, so one hanging tool
+cannot hang a stage.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from toolformer.tools.base import Tool, ToolError
+
+
+@dataclass(frozen=True)
+class Outcome:
+    result: str | None
+    error: dict | None  # {"code": ..., "message": ...}
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def as_dict(self) -> dict:
+        return {"result": self.result, "error": self.error}
+
+
+def _error(code: str, message: str) -> Outcome:
+    return Outcome(None, {"code": code, "message": message[:500]})
+
+
+class Sandbox:
+    """Executes calls of the given tools.
+
+    ``timeout_s``: seconds per call; ``max_result_chars``: longer results are
+    cut; ``concurrency``: calls in flight at once in :meth:`run_many`;
+    ``forbidden_markers``: strings removed from results so a result can never
+    close or open a call in the text it is inserted into.
+    """
+
+    def __init__(
+        self,
+        tools: dict[str, Tool],
+        timeout_s: float = 5.0,
+        max_result_chars: int = 300,
+        concurrency: int = 4,
+        cache: bool = True,
+        forbidden_markers: Iterable[str] = (),
+    ):
+        self.tools = tools
+        self.timeout_s = timeout_s
+        self.max_result_chars = max_result_chars
+        self.concurrency = max(1, concurrency)
+        self.forbidden_markers = tuple(m for m in forbidden_markers if m)
+        self._cache: dict[tuple, Outcome] | None = {} if cache else None
+        self.calls_executed = 0  # calls that actually ran (cache misses)
+
+    def key(self, tool: str, tool_input: str, date: str | None) -> tuple:
+        t = self.tools.get(tool)
+        return (tool, tool_input, date if (t is not None and t.needs_date) else None)
+
+    def _invoke(self, tool: Tool, tool_input: str, date: str | None) -> Outcome:
+        try:
+            result = tool.run(tool_input, date)
+        except ToolError as e:
+            return _error(e.code, e.message)
+        except RecursionError:
+            return _error("exception", "RecursionError: input nested too deeply")
+        except Exception as e:  # noqa: BLE001 - any tool failure is a record, not a crash
+            return _error("exception", f"{type(e).__name__}: {e}")
+        if not isinstance(result, str):
+            return _error("bad_result", f"tool returned {type(result).__name__}, not str")
+        for marker in self.forbidden_markers:
+            result = result.replace(marker, " ")
+        result = " ".join(result.split())
+        if not result:
+            return _error("empty_result", "the tool returned an empty result")
+        if len(result) > self.max_result_chars:
+            result = result[: self.max_result_chars].rstrip() + "…"
+        return Outcome(result, None)
+
+    def _start(self, tool_name: str, tool_input: str, date: str | None):
+        """Start one call in a daemon thread; return (done_event, box)."""
+        box: list[Outcome] = []
+        done = threading.Event()
+        tool = self.tools[tool_name]
+
+        def target() -> None:
+            box.append(self._invoke(tool, tool_input, date))
+            done.set()
+
+        threading.Thread(target=target, daemon=True, name=f"tool-{tool_name}").start()
+        return done, box
+
+    def run(self, tool: str, tool_input: str, date: str | None = None) -> Outcome:
+        """Execute one call (or return the cached outcome)."""
+        return self.run_many([(tool, tool_input, date)])[0]
+
+    def run_many(self, calls: list[tuple[str, str, str | None]]) -> list[Outcome]:
+        """Execute calls, each unique (tool, input, date) once, ``concurrency`` at a time."""
+        keys = [self.key(*c) for c in calls]
+        todo: dict[tuple, tuple] = {}
+        for k, c in zip(keys, calls):
+            if (self._cache is None or k not in self._cache) and k not in todo:
+                todo[k] = c
+        results: dict[tuple, Outcome] = {}
+        pending = list(todo.items())
+        for start in range(0, len(pending), self.concurrency):
+            group = pending[start : start + self.concurrency]
+            started = []
+            for k, (tool, tool_input, date) in group:
+                if tool not in self.tools:
+                    results[k] = _error("unknown_tool", f"no tool named {tool!r}")
+                    continue
+                started.append((k, *self._start(tool, tool_input, date)))
+            # All calls of the group share one deadline: timeout_s from now.
+            deadline = threading.Event()
+            timer = threading.Timer(self.timeout_s, deadline.set)
+            timer.daemon = True
+            timer.start()
+            for k, done, box in started:
+                while not done.wait(0.01):
+                    if deadline.is_set():
+                        break
+                results[k] = box[0] if box else _error("timeout", f"no answer within {self.timeout_s:g} s")
+            timer.cancel()
+            self.calls_executed += len(started)
+        if self._cache is not None:
+            self._cache.update(results)
+            return [self._cache[k] for k in keys]
+        return [results[k] for k in keys]

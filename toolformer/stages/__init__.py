@@ -1,0 +1,55 @@
+"""Pipeline stages: each is ``run_stage(cfg, force=False)`` reading the previous
+stage's output from the run folder and writing its own (see ``runfolder``)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from toolformer.config import STAGES, PipelineConfig
+from toolformer.configuration import config_hash, to_dict
+from toolformer.runfolder import Stage
+
+# Sections every stage depends on; each stage also depends on its own section
+# and those of the stages before it.
+COMMON = ("seed", "model", "calls", "corpus", "tools")
+
+
+def stage_hash(cfg: PipelineConfig, name: str) -> str:
+    """Hash of the config a stage's output depends on (decides if it is stale)."""
+    d = to_dict(cfg)
+    upto = STAGES[: STAGES.index(name) + 1]
+    return config_hash({k: d[k] for k in (*COMMON, *upto)})
+
+
+def seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+@dataclass
+class StageRun:
+    stage: Stage
+    hash: str
+    first_shard: int
+    skipped: bool
+
+
+def start(cfg: PipelineConfig, name: str, force: bool = False) -> StageRun:
+    """Skip a stage whose manifest matches the config; else prepare to (re)run
+    it, resuming after its complete shards."""
+    stage = Stage(cfg.run_dir, name)
+    h = stage_hash(cfg, name)
+    if not force and stage.is_complete(h):
+        m = stage.manifest()
+        print(f"{name}: already complete ({stage.dir}/manifest.json), skipped; --force reruns it")
+        return StageRun(stage, h, m.get("shards", 0), True)
+    seed_everything(cfg.seed)
+    first = stage.begin(h, force=force)
+    if first:
+        print(f"{name}: resuming after {first} complete shard(s) in {stage.dir}")
+    return StageRun(stage, h, first, False)

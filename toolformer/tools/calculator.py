@@ -1,0 +1,131 @@
+"""Calculator: +, −, ×, ÷ over decimals, parsed with ``ast`` (never ``eval``)."""
+
+from __future__ import annotations
+
+import ast
+import re
+import unicodedata
+from decimal import ROUND_HALF_UP, Decimal
+from fractions import Fraction
+
+from toolformer.tools.base import Tool, ToolError
+
+MAX_INPUT_CHARS = 200  # longer inputs are not arithmetic anyone writes in prose
+MAX_MAGNITUDE = Fraction(10) ** 15  # larger intermediate values are refused
+MAX_NODES = 200  # bound on the size of the expression tree
+
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_NUMBER = re.compile(r"^(\d+(\.\d*)?|\.\d+)$")
+_ALLOWED_CHARS = re.compile(r"^[0-9.+\-*/() ]*$")
+
+_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+}
+
+
+def _normalise(text: str) -> str:
+    text = text.strip()
+    text = _THOUSANDS.sub("", text)
+    # Multiplication and division signs as people write them.
+    for sign in ("×", "x", "X", "·", "∗"):
+        text = text.replace(sign, "*")
+    for sign in ("÷", "∕"):
+        text = text.replace(sign, "/")
+    for sign in ("−", "–", "—"):
+        text = text.replace(sign, "-")
+    return text
+
+
+def _evaluate(node: ast.AST) -> Fraction:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return Fraction(str(node.value))
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        v = _evaluate(node.operand)
+        return -v if isinstance(node.op, ast.USub) else v
+    if isinstance(node, ast.BinOp) and type(node.op) in (*_OPS, ast.Div):
+        a, b = _evaluate(node.left), _evaluate(node.right)
+        if isinstance(node.op, ast.Div):
+            if b == 0:
+                raise ToolError("division_by_zero", "division by zero")
+            v = a / b
+        else:
+            v = _OPS[type(node.op)](a, b)
+        if abs(v) > MAX_MAGNITUDE:
+            raise ToolError("too_large", f"result exceeds {float(MAX_MAGNITUDE):.0e}")
+        return v
+    raise ToolError("not_arithmetic", f"only + - * / on numbers are allowed, not {type(node).__name__}")
+
+
+def format_number(value: Fraction) -> str:
+    """Round to 2 decimals (half up) and print without trailing zeros."""
+    d = (Decimal(value.numerator) / Decimal(value.denominator)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+    text = f"{d:f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+def calculate(expression: str, max_chars: int = MAX_INPUT_CHARS) -> str:
+    """Evaluate an arithmetic expression; raise :class:`ToolError` otherwise.
+
+    >>> calculate("18 + 12 * 3"), calculate("10-2-3"), calculate("723 / 252")
+    ('54', '5', '2.87')
+    """
+    if len(expression) > max_chars:
+        raise ToolError("too_long", f"input longer than {max_chars} characters")
+    # NFKC folds full-width digits to ASCII; other scripts' digits are refused below.
+    text = unicodedata.normalize("NFKC", _normalise(expression))
+    if not text:
+        raise ToolError("empty", "empty expression")
+    if not _ALLOWED_CHARS.match(text):
+        raise ToolError("not_arithmetic", "only digits, '.', '+', '-', '*', '/', '(' and ')' are allowed")
+    if "**" in text or "//" in text:
+        raise ToolError("not_arithmetic", "only + - * / are allowed")
+    try:
+        tree = ast.parse(text, mode="eval")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        raise ToolError("syntax", f"cannot parse {expression!r} as arithmetic") from None
+    if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
+        raise ToolError("too_long", "expression too large")
+    try:
+        return format_number(_evaluate(tree))
+    except RecursionError:
+        raise ToolError("too_long", "expression nested too deeply") from None
+
+
+class Calculator(Tool):
+    name = "Calculator"
+    description = (
+        "Computes the result of an arithmetic expression with +, -, *, / over whole "
+        "and decimal numbers (thousands separators, 'x' and '×' accepted), evaluated "
+        "left to right with the usual precedence, rounded to two decimals."
+    )
+    input_description = "an arithmetic expression, e.g. 400 / 1400"
+    prompt = (
+        "Your task is to add calls to a Calculator API to a piece of text. A call "
+        "computes a number the text needs. Write a call as \"[Calculator(expression)]\", "
+        "where \"expression\" uses +, -, * and /, right before the number it computes. "
+        "Examples:\n"
+        "Input: The farm sold 340 eggs on Monday and 275 on Tuesday, 615 eggs in all.\n"
+        "Output: The farm sold 340 eggs on Monday and 275 on Tuesday, [Calculator(340 + 275)] 615 eggs in all.\n"
+        "Input: A ticket costs 12.50 dollars, so four tickets cost 50 dollars.\n"
+        "Output: A ticket costs 12.50 dollars, so four tickets cost [Calculator(12.50 * 4)] 50 dollars.\n"
+        "Input: Of the 1,200 seats, 900 were taken, which leaves 300 empty.\n"
+        "Output: Of the 1,200 seats, 900 were taken, which leaves [Calculator(1200 - 900)] 300 empty.\n"
+        "Input: The bridge opened in 1968 and closed in 2015, after 47 years of service.\n"
+        "Output: The bridge opened in 1968 and closed in 2015, after [Calculator(2015 - 1968)] 47 years of service.\n"
+        "Input: The 96 pupils were split into 8 groups of 12.\n"
+        "Output: The 96 pupils were split into 8 groups of [Calculator(96 / 8)] 12.\n"
+        "Input: {text}\n"
+        "Output:"
+    )
+
+    def __init__(self, max_input_chars: int = MAX_INPUT_CHARS):
+        self.max_input_chars = max_input_chars
+
+    def run(self, tool_input: str, date: str | None = None) -> str:
+        return calculate(tool_input, self.max_input_chars)

@@ -1,0 +1,64 @@
+"""QA: answers a question from a local knowledge store of facts.
+
+The paper used a retrieval-augmented neural QA model; this tool is the
+deterministic, offline counterpart: BM25 retrieval over the facts
+(subject, relation, object and an optional sentence), then extraction of the
+object of the best fact whose subject the question names.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolformer.tools.base import Tool, ToolError
+from toolformer.tools.wikisearch import BM25Index, _stamp, read_jsonl, tokenize_words
+
+
+class QA(Tool):
+    name = "QA"
+    description = (
+        "Answers a factual question from a local knowledge store: retrieves the facts "
+        "that best match the question and returns the object of the best fact whose "
+        "subject is named in the question, as a short answer."
+    )
+    input_description = "a question in natural language"
+    prompt = (
+        "Your task is to add calls to a Question Answering API to a piece of text. A call "
+        "asks a question whose answer the text states next. Write a call as "
+        "\"[QA(question)]\". Examples:\n"
+        "Input: Nairobi is the capital of Kenya.\n"
+        "Output: Nairobi is the capital of [QA(Nairobi is the capital of which country?)] Kenya.\n"
+        "Input: The composer was born in Salzburg in 1756.\n"
+        "Output: The composer was born in [QA(Where was Mozart born?)] Salzburg in 1756.\n"
+        "Input: The Rhine rises in the Swiss Alps.\n"
+        "Output: The Rhine rises in the [QA(Where does the Rhine rise?)] Swiss Alps.\n"
+        "Input: {text}\n"
+        "Output:"
+    )
+
+    def __init__(self, knowledge: str | Path, candidates: int = 10):
+        self.path = Path(knowledge)
+        self.candidates = candidates
+        self._facts: list[dict] | None = None
+        self._index: BM25Index | None = None
+
+    def _load(self) -> None:
+        if self._index is None:
+            self._facts = read_jsonl(self.path, ("subject", "relation", "object"))
+            texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
+            cache = self.path.with_name(self.path.name + ".bm25")
+            self._index = BM25Index(texts, cache, _stamp(self.path))
+
+    def run(self, tool_input: str, date: str | None = None) -> str:
+        question = tool_input.strip()
+        if not question:
+            raise ToolError("empty", "empty question")
+        self._load()
+        words = set(tokenize_words(question))
+        for i, _score in self._index.search(question, self.candidates):
+            fact = self._facts[i]
+            names = [fact["subject"], *fact.get("aliases", [])]
+            # Extraction: the question must name the fact's subject.
+            if any(set(tokenize_words(n)) <= words for n in names if tokenize_words(n)):
+                return str(fact["object"])
+        raise ToolError("not_found", f"no fact answers {question!r}")

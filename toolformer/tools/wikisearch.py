@@ -1,0 +1,123 @@
+"""WikiSearch: BM25 over a local document collection, returns short snippets."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from toolformer.tools.base import Tool, ToolError
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+
+
+def tokenize_words(text: str) -> list[str]:
+    return [w.lower() for w in _WORD.findall(text)]
+
+
+def read_jsonl(path: str | Path, required: tuple[str, ...]) -> list[dict]:
+    """Read a JSONL file; a bad line raises ValueError naming file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise ToolError("missing_data", f"{path}: file not found")
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
+            missing = [k for k in required if k not in row]
+            if missing:
+                raise ValueError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
+            rows.append(row)
+    return rows
+
+
+class BM25Index:
+    """A bm25s index over ``texts``, saved beside the collection and reloaded
+    when the collection has not changed (same size and modification time)."""
+
+    def __init__(self, texts: list[str], cache_dir: Path | None = None, stamp: str = ""):
+        import bm25s
+
+        self.size = len(texts)
+        stamp_file = cache_dir / "stamp.txt" if cache_dir else None
+        if cache_dir and stamp_file.exists() and stamp_file.read_text() == stamp:
+            self.retriever = bm25s.BM25.load(str(cache_dir))
+            return
+        self.retriever = bm25s.BM25()
+        self.retriever.index([tokenize_words(t) for t in texts], show_progress=False)
+        if cache_dir:
+            try:
+                cache_dir.mkdir(parents=True, exist_ok=True)
+                self.retriever.save(str(cache_dir))
+                stamp_file.write_text(stamp)
+            except OSError:
+                pass  # a read-only data folder: keep the index in memory only
+
+    def search(self, query: str, k: int) -> list[tuple[int, float]]:
+        words = tokenize_words(query)
+        if not words or self.size == 0:
+            return []
+        k = min(k, self.size)
+        ids, scores = self.retriever.retrieve([words], k=k, show_progress=False)
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if s > 0]
+
+
+def _stamp(path: Path) -> str:
+    st = path.stat()
+    return f"{st.st_size}:{st.st_mtime_ns}"
+
+
+class WikiSearch(Tool):
+    name = "WikiSearch"
+    description = (
+        "Searches a local encyclopedia (a collection of titled documents) with BM25 "
+        "and returns the best-matching snippet(s) as 'Title > text', cut to a fixed length."
+    )
+    input_description = "a search query, a few words"
+    prompt = (
+        "Your task is to add calls to a Wikipedia Search API to a piece of text. A call "
+        "looks up a fact the text states. Write a call as \"[WikiSearch(query)]\", where "
+        "\"query\" is a few search words. Examples:\n"
+        "Input: The Danube flows through ten countries before it reaches the Black Sea.\n"
+        "Output: The Danube flows through ten countries before it reaches the "
+        "[WikiSearch(Danube mouth)] Black Sea.\n"
+        "Input: The first ascent of the mountain was made in 1865.\n"
+        "Output: The first ascent of the mountain was made in [WikiSearch(Matterhorn first ascent)] 1865.\n"
+        "Input: Lisbon is the capital of Portugal.\n"
+        "Output: Lisbon is the capital of [WikiSearch(Lisbon capital of)] Portugal.\n"
+        "Input: {text}\n"
+        "Output:"
+    )
+
+    def __init__(self, collection: str | Path, top_k: int = 1, snippet_chars: int = 200):
+        self.path = Path(collection)
+        self.top_k = top_k
+        self.snippet_chars = snippet_chars
+        self._docs: list[dict] | None = None
+        self._index: BM25Index | None = None
+
+    def _load(self) -> None:
+        if self._index is None:
+            self._docs = read_jsonl(self.path, ("title", "text"))
+            cache = self.path.with_name(self.path.name + ".bm25")
+            self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache, _stamp(self.path))
+
+    def snippet(self, doc: dict) -> str:
+        text = " ".join(doc["text"].split())
+        if len(text) > self.snippet_chars:
+            text = text[: self.snippet_chars].rsplit(" ", 1)[0] + "…"
+        return f"{doc['title']} > {text}"
+
+    def run(self, tool_input: str, date: str | None = None) -> str:
+        if not tool_input.strip():
+            raise ToolError("empty", "empty query")
+        self._load()
+        hits = self._index.search(tool_input, self.top_k)
+        if not hits:
+            raise ToolError("not_found", f"no document matches {tool_input!r}")
+        return " | ".join(self.snippet(self._docs[i]) for i, _ in hits)
