@@ -157,3 +157,30 @@ def run_sharded(stage: Stage, units: list, shard_size: int, first_shard: int, pr
 
 def fmt_pct(part: int, whole: int) -> str:
     return f"{100.0 * part / whole:.1f} %" if whole else "n/a"
+
+
+# -- documents scored by the sample stage --------------------------------------
+# RUN_DIR/sample/documents.jsonl holds every document (or window of a long
+# document) the sample stage scored, once: {"doc_id", "text", "date"}. Later
+# stages refer to documents by doc_id.
+DOCUMENTS = "documents.jsonl"
+
+
+def write_documents(run_dir: str | Path, docs: Iterable[dict]) -> Path:
+    path = Path(run_dir) / "sample" / DOCUMENTS
+    atomic_write_text(path, "".join(dumps({"doc_id": d["doc_id"], "text": d["text"], "date": d.get("date")}) + "\n" for d in docs))
+    return path
+
+
+def read_documents(run_dir: str | Path) -> dict[str, dict]:
+    """doc_id -> {"doc_id", "text", "date"}, in corpus order."""
+    path = Path(run_dir) / "sample" / DOCUMENTS
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no scored documents; run the sample stage first")
+    out: dict[str, dict] = {}
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                d = json.loads(line)
+                out[d["doc_id"]] = d
+    return out
