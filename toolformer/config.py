@@ -149,7 +149,9 @@ class FilterConfig:
     batch_tokens: int = 16384
     """Token budget of one forward batch (padded tokens counted)."""
     dtype: str = "float32"
-    """Dtype of the model while filtering; log-softmax is always float32."""
+    """Dtype of the model while filtering (float32 on CPU; bfloat16 on GPU); log-softmax is always float32."""
+    prefix_separator: str = "\n"
+    """Text between the call z and the document when z is the prefix of L_i(z)."""
 
 
 @dataclass

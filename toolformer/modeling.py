@@ -132,3 +132,17 @@ def write_tiny_model(out: str | Path, seed: int = 0, hidden: int = 32, layers: i
     model.save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def cache_kwarg(model) -> str:
+    """Name of the key/value-cache argument: ``cache`` in recent transformers 5
+    releases, ``past_key_values`` before."""
+    import inspect
+
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def output_cache(out):
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values

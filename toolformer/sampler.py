@@ -1,0 +1,209 @@
+"""The paper's sampler: score positions with P(x), then sample calls.
+
+For one tool with few-shot prompt P(x) = head + x + tail (head and tail are the
+prompt's text before and after ``{text}``):
+
+* position scoring: p_i = p_M(call-start | P(x), x_1..x_{i−1}) for every i,
+  from one forward pass per document over [tail-terminated P(x), x];
+* call sampling: from [P(x), x_1..x_{i−1}, call-start] sample up to m
+  continuations that stop at the call-end marker.
+
+The head is identical for every document, so its key/value cache is computed
+once per tool and expanded across each batch. Rows are left-padded (positions
+given explicitly) so the logits needed are always the last ones.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+import torch
+
+from toolformer.calls import CallStyle, parse_calls
+from toolformer.modeling import cache_kwarg, output_cache
+from toolformer.textpos import TokenizedText, marker_token_ids
+
+
+@dataclass
+class PromptParts:
+    head_ids: list[int]  # [BOS] + tokens(prompt before {text})
+    tail: str  # prompt after {text}, e.g. "\nOutput:"
+
+
+def prompt_parts(tokenizer, prompt: str, bos: list[int]) -> PromptParts:
+    head, _, tail = prompt.partition("{text}")
+    return PromptParts(bos + tokenizer(head, add_special_tokens=False)["input_ids"], tail)
+
+
+class PrefixCache:
+    """Key/value cache of a fixed prefix, computed once, expanded per batch."""
+
+    def __init__(self, model, prefix_ids: list[int]):
+        self.length = len(prefix_ids)
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            out = model(torch.tensor([prefix_ids], device=device), use_cache=True)
+        self.cache = output_cache(out)
+
+    def expand(self, batch: int):
+        c = copy.deepcopy(self.cache)
+        if batch > 1:
+            c.batch_repeat_interleave(batch)
+        return c
+
+
+def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for b, r in enumerate(rows):
+        ids[b, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+        mask[b, width - len(r) :] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _forward(model, ids, new_mask, past_mask, cache, offset):
+    """One forward over left-padded new tokens after cached ones.
+
+    new_mask: (B, T) 1 for real new tokens; past_mask: (B, P) for the cached
+    tokens (prefix included); offset: (B,) position of each row's first new
+    real token. Positions count real tokens only, so padding never shifts them.
+    """
+    position_ids = offset.unsqueeze(1) + (new_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
+    attention_mask = torch.cat([past_mask, new_mask], dim=1)  # (B, P + T)
+    kwargs = {cache_kwarg(model): cache} if cache is not None else {}
+    return model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
+
+
+def batches_by_budget(lengths: list[int], budget: int) -> list[list[int]]:
+    """Indices grouped so that rows × longest row ≤ budget (sorted by length)."""
+    order = sorted(range(len(lengths)), key=lambda k: lengths[k])
+    groups, cur, longest = [], [], 0
+    for k in order:
+        longest_new = max(longest, lengths[k])
+        if cur and longest_new * (len(cur) + 1) > budget:
+            groups.append(cur)
+            cur, longest_new = [], lengths[k]
+        cur.append(k)
+        longest = longest_new
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+class Sampler:
+    """Position scoring and call sampling for one tool."""
+
+    def __init__(self, model, tokenizer, style: CallStyle, prompt: str, bos: list[int], reuse_cache: bool = True):
+        self.model, self.tok, self.style = model, tokenizer, style
+        self.device = next(model.parameters()).device
+        self.parts = prompt_parts(tokenizer, prompt, bos)
+        self.prefix = PrefixCache(model, self.parts.head_ids) if reuse_cache else None
+        self.start_ids = marker_token_ids(tokenizer, style.start)
+        self.end_ids = set(i for i in range(len(tokenizer)) if style.end in tokenizer.decode([i]))
+        if not self.start_ids:
+            raise ValueError(f"tokenizer has no token for the call-start marker {style.start!r}")
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+
+    def _rows(self, docs: list[tuple[str, TokenizedText]]) -> list[tuple[list[int], int]]:
+        """(row ids after the head, index where x_1 starts) for each document."""
+        rows = []
+        for text, tt in docs:
+            copy_ids = self.tok(text + self.parts.tail, add_special_tokens=False)["input_ids"]
+            head = [] if self.prefix else self.parts.head_ids
+            rows.append((head + copy_ids + tt.ids, len(head) + len(copy_ids)))
+        return rows
+
+    @torch.no_grad()
+    def score_positions(self, docs: list[tuple[str, TokenizedText]], batch_tokens: int) -> list[list[float]]:
+        """p_i for every position of every document: one forward per document."""
+        rows = self._rows(docs)
+        out: list[list[float]] = [[] for _ in docs]
+        start_ids = torch.tensor(self.start_ids, device=self.device)
+        for group in batches_by_budget([len(r) for r, _ in rows], batch_tokens):
+            ids, mask = _left_pad([rows[k][0] for k in group], self.pad_id, self.device)
+            n_max = max(len(docs[k][1].ids) for k in group)
+            cache, past, offset = self._start_batch(len(group))
+            logits = _forward(self.model, ids, mask, past, cache, offset).logits[:, -(n_max + 1) : -1]  # (B, n_max, V)
+            p = torch.softmax(logits.float(), dim=-1)[..., start_ids].sum(-1)  # (B, n_max)
+            for b, k in enumerate(group):
+                n = len(docs[k][1].ids)
+                out[k] = p[b, n_max - n :].tolist()
+        return out
+
+    @torch.no_grad()
+    def sample_calls(self, docs: list[tuple[str, TokenizedText]], positions: list[list[int]], num_calls: int,
+                     max_new_tokens: int, temperature: float, tool: str, generator: torch.Generator,
+                     batch_tokens: int) -> list[list[tuple[int, str]]]:
+        """Up to ``num_calls`` distinct closed call inputs per kept position:
+        returns, per document, (position, input) pairs."""
+        rows = self._rows(docs)
+        jobs = []  # (doc index, position, row ids ending in the call-start token)
+        for k, pos_list in enumerate(positions):
+            row, x0 = rows[k]
+            for i in pos_list:
+                jobs += [(k, i, row[: x0 + i] + [self._start_token(docs[k][1].ids[i])])] * num_calls
+        results: list[list[tuple[int, str]]] = [[] for _ in docs]
+        seen: set[tuple[int, int, str]] = set()
+        lengths = [len(j[2]) + max_new_tokens for j in jobs]
+        for group in batches_by_budget(lengths, batch_tokens):
+            texts = self._sample_group([jobs[g][2] for g in group], max_new_tokens, temperature, generator)
+            for g, text in zip(group, texts):
+                k, i, _ = jobs[g]
+                calls = parse_calls(self.style.start + text, self.style, {tool})
+                if not calls or not calls[0].closed or calls[0].start != 0 or calls[0].call.result is not None:
+                    continue  # never closed, or not a call of this tool
+                key = (k, i, calls[0].call.input)
+                if key not in seen:
+                    seen.add(key)
+                    results[k].append((i, calls[0].call.input))
+        return results
+
+    def _start_token(self, next_token: int) -> int:
+        """The call-start token as the tokenizer writes it before ``next_token``:
+        `` [`` where x_i carries a leading space, ``[`` where it does not."""
+        spaced = self.tok.decode([next_token]).startswith(" ")
+        for t in self.start_ids:
+            if self.tok.decode([t]).startswith(" ") == spaced:
+                return t
+        return self.start_ids[0]
+
+    def _start_batch(self, batch: int):
+        """(cache, past mask, offset) for a batch starting right after the head."""
+        if self.prefix is None:
+            return None, torch.zeros((batch, 0), dtype=torch.long, device=self.device), \
+                torch.zeros(batch, dtype=torch.long, device=self.device)
+        past = torch.ones((batch, self.prefix.length), dtype=torch.long, device=self.device)
+        return self.prefix.expand(batch), past, torch.full((batch,), self.prefix.length, device=self.device)
+
+    def _sample_group(self, rows: list[list[int]], max_new_tokens: int, temperature: float,
+                      generator: torch.Generator) -> list[str]:
+        ids, mask = _left_pad(rows, self.pad_id, self.device)
+        B = ids.shape[0]
+        cache, past, offset = self._start_batch(B)
+        out = _forward(self.model, ids, mask, past, cache, offset)
+        cache, past, offset = output_cache(out), torch.cat([past, mask], dim=1), offset + mask.sum(-1)
+        logits = out.logits[:, -1]
+        generated = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long)
+        done = torch.zeros(B, dtype=torch.bool)
+        end_ids = torch.tensor(sorted(self.end_ids), dtype=torch.long)
+        one = torch.ones((B, 1), dtype=torch.long, device=self.device)
+        for t in range(max_new_tokens):
+            probs = torch.softmax(logits.float() / max(temperature, 1e-5), dim=-1).cpu()
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
+            nxt[done] = self.pad_id
+            generated[:, t] = nxt
+            done |= torch.isin(nxt, end_ids)
+            if bool(done.all()) or t == max_new_tokens - 1:
+                break
+            step = _forward(self.model, nxt.unsqueeze(1).to(self.device), one, past, cache, offset)
+            cache, past, offset = output_cache(step), torch.cat([past, one], dim=1), offset + 1
+            logits = step.logits[:, -1]
+        texts = []
+        for b in range(B):
+            toks = generated[b].tolist()
+            cut = next((j + 1 for j, x in enumerate(toks) if x in self.end_ids), len(toks))
+            closed = any(x in self.end_ids for x in toks[:cut])
+            texts.append(self.tok.decode(toks[:cut]) if closed else "")  # unclosed samples are dropped
+        return texts

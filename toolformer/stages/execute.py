@@ -1,0 +1,61 @@
+"""Stage ``execute``: run every candidate call through the tool sandbox.
+
+Adds ``result`` (string or null) and ``error`` (null or ``{code, message}``)
+to each sample record. Identical (tool, input, date) calls run once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tqdm.auto import tqdm
+
+from toolformer.calls import get_style
+from toolformer.config import PipelineConfig
+from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
+from toolformer.sandbox import Sandbox
+from toolformer.stages import start
+from toolformer.stages.sample import check_tools
+from toolformer.tools import build_tool
+
+
+def make_sandbox(cfg: PipelineConfig, cache: bool = True) -> Sandbox:
+    style = get_style(cfg.calls.style)
+    tools = {name: build_tool(name, cfg.tools) for name in check_tools(cfg)}
+    # A result must never contain a call marker: it could close the call early.
+    markers = [style.end, style.start] if style.special_tokens else [style.end]
+    return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency, cache, markers)
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
+    upstream = Stage(cfg.run_dir, "sample")
+    upstream.require(" (toolformer sample)")
+    run = start(cfg, "execute", force)
+    if run.skipped:
+        return run.stage.manifest()
+    docs = read_documents(cfg.run_dir)
+    candidates = list(upstream.records())
+    sandbox = make_sandbox(cfg, cache=cfg.execute.cache)
+
+    def process(group: list[dict]) -> list[dict]:
+        outcomes = sandbox.run_many([(r["tool"], r["input"], docs[r["doc_id"]]["date"]) for r in group])
+        return [{**r, **o.as_dict()} for r, o in zip(group, outcomes)]
+
+    with tqdm(total=len(candidates), desc="execute", unit="call") as bar:
+        run_sharded(run.stage, candidates, cfg.shard_size, run.first_shard, process, bar)
+    per_tool: dict[str, dict] = defaultdict(lambda: {"candidates": 0, "ok": 0, "failed": 0})
+    errors: dict[str, int] = defaultdict(int)
+    for r in run.stage.records():
+        c = per_tool[r["tool"]]
+        c["candidates"] += 1
+        c["ok" if r["error"] is None else "failed"] += 1
+        if r["error"] is not None:
+            errors[r["error"]["code"]] += 1
+    counts = {"per_tool": dict(per_tool), "errors": dict(errors), "unique_calls_run": sandbox.calls_executed}
+    run.stage.finish(run.hash, cfg.seed, counts)
+    total = sum(c["candidates"] for c in per_tool.values())
+    ok = sum(c["ok"] for c in per_tool.values())
+    parts = ", ".join(f"{t} {c['ok']:,}/{c['candidates']:,}" for t, c in per_tool.items())
+    print(f"execute: {ok:,} of {total:,} calls returned a result ({fmt_pct(ok, total)}; {parts}); "
+          f"{sandbox.calls_executed:,} unique calls run")
+    return run.stage.manifest()

@@ -1,0 +1,117 @@
+"""Stage ``filter``: keep calls whose result helps predict the next tokens.
+
+For each executed candidate at position i of text x, with z put before the
+whole text (a prefix, not inline):
+
+    L(ε), L(e(c, ε)), L(e(c, r))      weighted losses of x_i..x_{i+4}
+    L⁻ = min(L(ε), L(e(c, ε))),  L⁺ = L(e(c, r))
+    kept  ⇔  L⁻ − L⁺ ≥ tau_f
+
+Sequence = [BOS] + tokens(z + prefix_separator) + tokens(text); the text is
+tokenized once so every variant scores the same target tokens.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from tqdm.auto import tqdm
+
+from toolformer.calls import get_style
+from toolformer.config import PipelineConfig
+from toolformer.losses import is_kept, loss_minus
+from toolformer.modeling import DTYPES, bos_ids, load, model_window, set_threads
+from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
+from toolformer.scoring import LossRequest, LossScorer
+from toolformer.stages import start
+from toolformer.textpos import tokenize_text
+
+
+def tau_for(cfg: PipelineConfig, tool: str) -> float:
+    return cfg.filter.per_tool_tau.get(tool, cfg.filter.tau_filter)
+
+
+class CandidateScorer:
+    """Turns executed records into filter records (losses and ``kept``)."""
+
+    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs: dict[str, dict]):
+        self.cfg, self.tok, self.docs = cfg, tokenizer, docs
+        self.style = get_style(cfg.calls.style)
+        self.bos = tuple(bos_ids(tokenizer))
+        self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
+                                 cfg.filter.horizon, cfg.filter.batch_tokens)
+        self._texts: dict[str, list[int]] = {}
+
+    def text_ids(self, doc_id: str) -> list[int]:
+        if doc_id not in self._texts:
+            self._texts[doc_id] = tokenize_text(self.tok, self.docs[doc_id]["text"]).ids
+        return self._texts[doc_id]
+
+    def prefix(self, call_text: str | None) -> tuple[int, ...]:
+        if call_text is None:
+            return self.bos
+        z = call_text + self.cfg.filter.prefix_separator
+        return self.bos + tuple(self.tok(z, add_special_tokens=False)["input_ids"])
+
+    def score(self, records: list[dict]) -> list[dict]:
+        requests, plan = [], []
+        for r in records:
+            if r["error"] is not None or r["result"] is None:
+                plan.append(None)
+                continue
+            with_result = self.style.render(r["tool"], r["input"], r["result"])
+            no_result = self.style.render(r["tool"], r["input"], "")
+            reqs = tuple(LossRequest(self.prefix(z), r["doc_id"], r["position"]) for z in (None, no_result, with_result))
+            requests += reqs
+            plan.append((reqs, with_result, no_result))
+        texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}
+        losses = self.scorer.losses(requests, texts)
+        out = []
+        for r, p in zip(records, plan):
+            tau = tau_for(self.cfg, r["tool"])
+            if p is None:
+                out.append({**r, "call_text": None, "call_text_no_result": None, "loss_none": None,
+                            "loss_no_result": None, "loss_with_result": None, "loss_minus": None,
+                            "loss_plus": None, "tau_filter": tau, "kept": False})
+                continue
+            (none, no_res, with_res), with_result, no_result = p
+            l_none, l_no, l_with = losses[none], losses[no_res], losses[with_res]
+            lm = loss_minus(l_none, l_no)
+            out.append({**r, "call_text": with_result, "call_text_no_result": no_result,
+                        "loss_none": round(l_none, 6), "loss_no_result": round(l_no, 6),
+                        "loss_with_result": round(l_with, 6), "loss_minus": round(lm, 6),
+                        "loss_plus": round(l_with, 6), "tau_filter": tau,
+                        "kept": is_kept(round(lm, 6), round(l_with, 6), tau)})
+        return out
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
+    upstream = Stage(cfg.run_dir, "execute")
+    upstream.require(" (toolformer execute)")
+    run = start(cfg, "filter", force)
+    if run.skipped:
+        return run.stage.manifest()
+    set_threads(cfg.model.threads)
+    model, tok = load(cfg.model, cfg.calls)
+    if cfg.filter.dtype != "auto":
+        model = model.to(DTYPES[cfg.filter.dtype])
+    scorer = CandidateScorer(cfg, model, tok, read_documents(cfg.run_dir))
+    executed = list(upstream.records())
+    # Filter shards are larger than the others: long groups batch better.
+    shard = cfg.shard_size * 4
+    with tqdm(total=len(executed), desc="filter", unit="call") as bar:
+        run_sharded(run.stage, executed, shard, run.first_shard, scorer.score, bar)
+    per_tool: dict[str, dict] = defaultdict(lambda: {"candidates": 0, "scored": 0, "kept": 0})
+    for r in run.stage.records():
+        c = per_tool[r["tool"]]
+        c["candidates"] += 1
+        c["scored"] += int(r["loss_plus"] is not None)
+        c["kept"] += int(r["kept"])
+    counts = {"per_tool": dict(per_tool)}
+    run.stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path,
+                     tau_filter={t: tau_for(cfg, t) for t in per_tool}, shard_records=shard)
+    total = sum(c["candidates"] for c in per_tool.values())
+    kept = sum(c["kept"] for c in per_tool.values())
+    parts = ", ".join(f"{t} {c['kept']:,}/{c['candidates']:,}" for t, c in per_tool.items())
+    print(f"filter: kept {kept:,} of {total:,} calls ({fmt_pct(kept, total)}; {parts})")
+    return run.stage.manifest()
