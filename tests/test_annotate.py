@@ -1,0 +1,101 @@
+"""sample → execute → filter on the shipped data with the tiny model."""
+
+import json
+import shutil
+
+import pytest
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import load_config
+from toolformer.losses import is_kept
+from toolformer.pipeline import run_pipeline
+from toolformer.runfolder import Stage
+
+FILTER_FIELDS = {"doc_id", "tool", "input", "position", "char_start", "result", "error", "call_text",
+                 "call_text_no_result", "loss_none", "loss_no_result", "loss_with_result", "loss_minus",
+                 "loss_plus", "tau_filter", "kept"}
+
+
+def tiny_cfg(repo_root, model_dir, run_dir, *extra):
+    return load_config(PipelineConfig, repo_root / "configs" / "tiny.yaml", [
+        f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={repo_root / 'data' / 'corpus.jsonl'}",
+        f"tools.collection={run_dir}/collection.jsonl", f"tools.knowledge={run_dir}/knowledge.jsonl",
+        "filter.tau_filter=-0.05", "filter.per_tool_tau={}", *extra])
+
+
+@pytest.fixture(scope="module")
+def annotated(tiny_model_dir, tmp_path_factory):
+    from pathlib import Path
+
+    repo_root = Path(__file__).resolve().parent.parent
+    run_dir = tmp_path_factory.mktemp("run") / "tiny"
+    run_dir.mkdir()
+    for name in ("collection.jsonl", "knowledge.jsonl"):
+        shutil.copy(repo_root / "data" / name, run_dir / name)
+    cfg = tiny_cfg(repo_root, tiny_model_dir, run_dir)
+    run_pipeline(cfg)
+    return cfg, run_dir, repo_root
+
+
+def _records(run_dir, stage):
+    return [json.loads(line) for p in sorted((run_dir / stage).glob("shard-*.jsonl")) for line in p.open()]
+
+
+def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
+    cfg, run_dir, _ = annotated
+    recs = _records(run_dir, "filter")
+    assert len(recs) > 50
+    assert {r["tool"] for r in recs} >= {"Calculator", "QA"}
+    for r in recs:
+        assert FILTER_FIELDS <= set(r)
+        if r["loss_plus"] is None:
+            assert r["error"] is not None and r["kept"] is False
+        else:
+            assert r["loss_minus"] == min(r["loss_none"], r["loss_no_result"])
+            assert r["kept"] == is_kept(r["loss_minus"], r["loss_plus"], r["tau_filter"])
+    assert any(r["kept"] for r in recs) and not all(r["kept"] for r in recs if r["loss_plus"] is not None)
+    m = Stage(run_dir, "filter").manifest()
+    assert m["model"] == cfg.model.path
+    assert sum(c["candidates"] for c in m["counts"]["per_tool"].values()) == len(recs)
+    assert (run_dir / "config.yaml").exists() and (run_dir / "sample" / "documents.jsonl").exists()
+
+
+def test_rerun_skips_and_redone_filter_is_identical(annotated, capsys):
+    cfg, run_dir, _ = annotated
+    before = {s: (run_dir / s / "manifest.json").read_text() for s in ("sample", "execute", "filter")}
+    filter_before = _records(run_dir, "filter")
+    run_pipeline(cfg)
+    out = capsys.readouterr().out
+    assert out.count("already complete") == 3
+    assert {s: (run_dir / s / "manifest.json").read_text() for s in before} == before
+    (run_dir / "filter" / "manifest.json").unlink()
+    run_pipeline(cfg)
+    out = capsys.readouterr().out
+    assert out.count("already complete") == 2 and "filter: kept" in out
+    assert _records(run_dir, "filter") == filter_before
+
+
+def test_interrupted_stage_resumes_from_complete_shards(annotated, capsys):
+    cfg, run_dir, _ = annotated
+    sample_before = _records(run_dir, "sample")
+    shards = sorted((run_dir / "sample").glob("shard-*.jsonl"))
+    assert len(shards) >= 3
+    # As if killed while writing shard 2: later shards and the manifest are missing,
+    # a half-written temporary file is left behind.
+    for p in shards[2:]:
+        p.unlink()
+    (run_dir / "sample" / "manifest.json").unlink()
+    (run_dir / "sample" / ".shard-00002.jsonl.tmp-999").write_text('{"half": ')
+    run_pipeline(cfg)
+    assert "resuming after 2 complete shard(s)" in capsys.readouterr().out
+    assert _records(run_dir, "sample") == sample_before
+    assert not list((run_dir / "sample").glob(".*.tmp-*"))
+
+
+def test_changed_config_reruns_the_stage(annotated, capsys):
+    cfg, run_dir, repo_root = annotated
+    cfg2 = tiny_cfg(repo_root, cfg.model.path, run_dir, "filter.tau_filter=100.0")
+    run_pipeline(cfg2)
+    recs = _records(run_dir, "filter")
+    assert not any(r["kept"] for r in recs) and "filter: kept 0 of" in capsys.readouterr().out
+    run_pipeline(cfg)  # back to the original config for other tests

@@ -1,0 +1,43 @@
+import json
+
+import pytest
+from transformers import AutoTokenizer
+
+from toolformer.config import CorpusConfig
+from toolformer.corpus import read_corpus, split_windows
+
+
+def test_bad_jsonl_lines_are_rejected_with_file_and_line(tmp_path):
+    p = tmp_path / "c.jsonl"
+    good = json.dumps({"id": "a", "text": "fine", "date": "2020-01-01"})
+    p.write_bytes(b"\n".join([
+        good.encode(), b"", b"{not json", b'{"id": "b"}', b'{"id": "c", "text": "caf\xe9"}',
+        json.dumps({"id": "a", "text": "dup"}).encode(), json.dumps({"text": "no id"}).encode(), b"[1, 2]",
+    ]) + b"\n")
+    corpus = read_corpus(CorpusConfig(path=str(p)))
+    assert [d["doc_id"] for d in corpus.documents] == ["a", "c-7"]
+    reasons = {r["source"].rsplit(":", 1)[1]: r["reason"] for r in corpus.rejected}
+    assert reasons["3"].startswith("invalid JSON") and "missing text" in reasons["4"]
+    assert "not UTF-8" in reasons["5"] and "duplicate id" in reasons["6"] and reasons["8"] == "not a JSON object"
+    assert all(r["source"].startswith(str(p)) for r in corpus.rejected)
+
+
+def test_parquet_through_datasets(tmp_path):
+    import datasets
+
+    datasets.Dataset.from_list([{"doc": "x1", "body": "one two"}, {"doc": "x2", "body": "three"}]).to_parquet(
+        str(tmp_path / "c.parquet"))
+    cfg = CorpusConfig(path=str(tmp_path / "c.parquet"), id_field="doc", text_field="body")
+    assert [d["doc_id"] for d in read_corpus(cfg).documents] == ["x1", "x2"]
+    with pytest.raises(ValueError, match="no column 'text'"):
+        read_corpus(CorpusConfig(path=str(tmp_path / "c.parquet")))
+
+
+def test_long_documents_split_into_windows_losing_nothing(tiny_model_dir):
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = " ".join(f"word{i} {i}" for i in range(200))
+    docs = split_windows([{"doc_id": "long", "text": text, "date": "2021-01-01"}, {"doc_id": "s", "text": "hi", "date": None}], tok, 50)
+    windows = [d for d in docs if d["doc_id"].startswith("long#w")]
+    assert len(windows) > 3 and "".join(d["text"] for d in windows) == text
+    assert all(len(tok(d["text"], add_special_tokens=False)["input_ids"]) <= 51 for d in windows)
+    assert docs[-1]["doc_id"] == "s"
