@@ -1,0 +1,193 @@
+"""Benchmark: the filter and the sampler against the model's raw forward speed.
+
+Measured side by side in one process on one model (built in code: speed does
+not depend on the weights):
+
+* limit  — raw forward throughput (tokens/s) on packed full rows holding the
+  same number of tokens the filter needs;
+* filter — the project's batched filter on N candidates;
+* naive  — what public reimplementations do: one candidate and one variant per
+  forward, the whole text, no sharing (timed on a subset, per candidate);
+* sample — position scoring + call sampling, with and without reuse of the
+  prompt's key/value cache.
+
+Run ``python scripts/bench.py --quick`` (or ``toolformer bench --quick``); the
+last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+
+import torch
+
+MODELS = {
+    # name: (width, layers, heads, vocab)
+    "tiny": (64, 2, 2, 1000),
+    "small": (256, 4, 4, 1000),  # ~3.4M parameters
+    "100m": (768, 12, 12, 32000),  # GPT-2-small shape, ~110M parameters
+}
+
+
+def build_model(name: str, dtype: torch.dtype, device: torch.device):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    width, layers, heads, vocab = MODELS[name]
+    torch.manual_seed(0)
+    cfg = GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=width, n_layer=layers, n_head=heads, bos_token_id=0, eos_token_id=0,
+                     attn_implementation="sdpa")
+    return GPT2LMHeadModel(cfg).to(device=device, dtype=dtype).eval(), vocab
+
+
+def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
+    """N candidates on documents of 64–320 tokens, ``per_position`` calls per
+    position, each with the three prefixes of the method."""
+    from toolformer.scoring import LossRequest
+
+    rng = random.Random(seed)
+    texts, cands = {}, []
+    d = 0
+    while len(cands) < n:
+        key = f"d{d}"
+        texts[key] = [rng.randrange(3, vocab) for _ in range(rng.randint(64, 320))]
+        d += 1
+        for _ in range(4):
+            pos = rng.randrange(1, len(texts[key]) - 1)
+            for _ in range(per_position):
+                call = tuple(rng.randrange(3, vocab) for _ in range(rng.randint(8, 20)))
+                no_result = (0,) + call + (4, 5)
+                with_result = (0,) + call + (4, 6, 7, 8, 5)
+                cands.append((LossRequest((0,), key, pos), LossRequest(no_result, key, pos),
+                              LossRequest(with_result, key, pos)))
+    return texts, cands[:n]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device):
+    sync(device)
+    t0 = time.perf_counter()
+    out = fn()
+    sync(device)
+    return out, time.perf_counter() - t0
+
+
+@torch.no_grad()
+def bench_limit(model, tokens: int, vocab: int, row_len: int, budget: int, device) -> float:
+    rows = max(1, budget // row_len)
+    n_batches = max(1, -(-tokens // (rows * row_len)))
+    ids = torch.randint(3, vocab, (rows, row_len), device=device)
+    model(input_ids=ids[:1], logits_to_keep=1)  # warm-up
+
+    def run():
+        for _ in range(n_batches):
+            model(input_ids=ids, use_cache=False, logits_to_keep=1)
+
+    _, secs = timed(run, device)
+    return n_batches * rows * row_len / secs
+
+
+@torch.no_grad()
+def bench_naive(model, texts, cands, device, limit_n: int) -> float:
+    """Candidates/s of a one-sequence-per-variant loop over whole texts."""
+    def run():
+        for reqs in cands[:limit_n]:
+            for r in reqs:
+                seq = torch.tensor([list(r.prefix) + texts[r.text_key]], device=device)
+                logits = model(input_ids=seq, use_cache=False).logits
+                torch.log_softmax(logits.float(), dim=-1)
+    _, secs = timed(run, device)
+    return min(limit_n, len(cands)) / secs
+
+
+def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
+    from toolformer.calls import STYLES
+    from toolformer.modeling import write_tiny_model  # noqa: F401  (tokenizer built in code below)
+    from toolformer.sampler import Sampler
+    from toolformer.textpos import tokenize_text
+    from toolformer.tokenizer import train_tokenizer
+    from toolformer.tools import REGISTRY
+
+    global _TOK
+    if "_TOK" not in globals():
+        from toolformer.modeling import tiny_tokenizer_texts
+
+        _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)
+    tok = _TOK
+    rng = random.Random(seed)
+    words = "the mill sold sacks of grain in spring and autumn with".split()
+    texts = [" ".join(rng.choice(words) if rng.random() < 0.7 else str(rng.randint(10, 9999)) for _ in range(40))
+             for _ in range(docs)]
+    tt = [(t, tokenize_text(tok, t)) for t in texts]
+    sampler = Sampler(model, tok, STYLES["plain"], REGISTRY["Calculator"].prompt, [tok.bos_token_id], reuse_cache=reuse)
+    gen = torch.Generator().manual_seed(seed)
+
+    def run():
+        scores = sampler.score_positions(tt, 16384)
+        positions = [sorted(range(len(s)), key=lambda i: -s[i])[:5] for s in scores]
+        sampler.sample_calls(tt, positions, 2, 8, 1.0, "Calculator", gen, 16384)
+
+    _, secs = timed(run, device)
+    return docs / secs
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="toolformer bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="small", choices=sorted(MODELS), help="model shape built in code")
+    p.add_argument("-n", "--candidates", type=int, default=2000, help="candidates N for the filter")
+    p.add_argument("--per-position", type=int, default=4, help="candidates sharing one position")
+    p.add_argument("--batch-tokens", type=int, default=16384, help="filter token budget per forward")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--naive-n", type=int, default=40, help="candidates timed for the naive loop")
+    p.add_argument("--sample-docs", type=int, default=16, help="documents for the sampler benchmark")
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="tiny model, small N: under a minute on 2 cores")
+    a = p.parse_args(argv)
+    from toolformer.modeling import resolve_device, resolve_dtype, set_threads
+    from toolformer.scoring import LossScorer
+
+    if a.quick:
+        a.model, a.candidates, a.naive_n, a.sample_docs = "tiny", 600, 20, 8
+    set_threads(a.threads)
+    device = resolve_device(a.device)
+    dtype = resolve_dtype(a.dtype, device)
+    model, vocab = build_model(a.model, dtype, device)
+    params = sum(p.numel() for p in model.parameters())
+    texts, cands = make_requests(a.candidates, vocab, a.per_position)
+    requests = [r for c in cands for r in c]
+
+    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens)
+    scorer.losses(requests[:30], texts)  # warm-up
+    scorer.tokens_scored = 0
+    _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
+    filter_tps = scorer.tokens_scored / filter_secs
+    filter_cps = len(cands) / filter_secs
+    mean_row = max(1, scorer.tokens_scored // max(1, len(set(requests))))
+    limit_tps = bench_limit(model, scorer.tokens_scored, vocab, max(64, mean_row), a.batch_tokens, device)
+    naive_cps = bench_naive(model, texts, cands, device, a.naive_n)
+    s_cache = bench_sample(model, device, a.sample_docs, True) if vocab >= 600 else None
+    s_plain = bench_sample(model, device, a.sample_docs, False) if vocab >= 600 else None
+    result = {
+        "model": a.model, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+        "N": len(cands), "filter_tokens": scorer.tokens_scored, "filter_tokens_per_s": round(filter_tps),
+        "filter_candidates_per_s": round(filter_cps, 1), "limit_tokens_per_s": round(limit_tps),
+        "naive_candidates_per_s": round(naive_cps, 2), "sample_docs_per_s_cache": s_cache and round(s_cache, 2),
+        "sample_docs_per_s_no_cache": s_plain and round(s_plain, 2),
+        "filter_over_limit": round(filter_tps / limit_tps, 3), "filter_over_naive": round(filter_cps / naive_cps, 1),
+        "sample_cache_speedup": s_cache and round(s_cache / s_plain, 2),
+    }
+    print(f"limit {limit_tps:,.0f} tok/s | filter {filter_tps:,.0f} tok/s, {filter_cps:,.1f} cand/s | "
+          f"naive {naive_cps:,.2f} cand/s | sample {s_cache} vs {s_plain} docs/s")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
