@@ -207,9 +207,20 @@ class EvaluateConfig:
 @dataclass
 class InspectConfig:
     top: int = 10
-    """Kept calls shown at the top and bottom of the margin ranking."""
+    """Kept calls shown at the top and bottom of the margin ranking, per tool."""
     page_size: int = 200
-    """Documents per page of report.html."""
+    """Documents per page of report.html (further pages: report-2.html, ...)."""
+    context_chars: int = 160
+    """At most this many characters of the sentence shown on each side of a ranked call."""
+    bins: int = 40
+    """Bins of the L⁻ − L⁺ histograms, at most about this many (fewer when a tool has few scored calls)."""
+
+    def validate(self) -> None:
+        if self.top < 0:
+            raise ValueError(f"top: must be 0 or more, got {self.top}")
+        for name in ("page_size", "context_chars", "bins"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
 
 
 @dataclass

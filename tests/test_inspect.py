@@ -1,0 +1,364 @@
+"""`toolformer inspect` on run folders written by hand following the stage contracts."""
+
+import base64
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from toolformer.calls import get_style, insert_calls
+from toolformer.cli import main
+from toolformer.config import PipelineConfig
+from toolformer.runview import in_context, sentence_around
+from toolformer.stages.inspect import run_stage
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SCRIPT = "<script>alert('x')</script>"
+STYLE = get_style("plain")
+
+DOCS = [
+    {"doc_id": "d0", "date": "2021-03-14", "text": "Intro. The market sold 340 crates and 275 crates, 615 crates in all. Bye."},
+    {"doc_id": "d1", "date": "2021-03-20", "text": "Brightwater has 96,500 people and Aldermoor 18,240."},
+    {"doc_id": "d2", "date": "2022-07-02", "text": "The Vell is 212 km long and the Oster 87 km, 299 km together."},
+    {"doc_id": "d3", "date": "2022-07-09", "text": "Today the council of Kessford met."},
+    {"doc_id": "d4", "date": "2023-01-30", "text": "The mill was rebuilt in 1888 by Ann Hale."},
+]
+# (doc, tool, input, char_start anchor, result or error code, L(ε), L(e(c,ε)), L(e(c,r)))
+CALLS = [
+    ("d0", "Calculator", "340 + 275", "615", "615", 3.0, 2.5, 0.4),   # margin 2.1, kept
+    ("d0", "Calculator", "340 - 275", "615", "65", 3.0, 2.8, 3.3),    # -0.5
+    ("d0", "Calculator", "340 / 0", "615", "division_by_zero", None, None, None),
+    ("d2", "Calculator", "212 + 87", "299", "299", 2.0, 2.2, 0.5),    # 1.5, kept
+    ("d2", "Calculator", "212 * 87", "299", "18444", 2.0, 1.9, 1.7),  # 0.2
+    ("d1", "Calculator", SCRIPT, "18,240", "syntax", None, None, None),
+    ("d1", "QA", "Who lives in Brightwater?", "96,500", "96,500", 4.0, 3.5, 2.0),   # 1.5, kept
+    ("d3", "QA", SCRIPT, "Kessford", "</span><b>bold</b>", 1.0, 1.2, 1.1),          # -0.1
+    ("d4", "QA", "Who rebuilt the mill?", "Ann", "Ann Hale", 2.5, 2.4, 0.9),        # 1.5, kept
+    ("d4", "QA", "When was the mill rebuilt?", "1888", "not_found", None, None, None),
+]
+TAU = {"Calculator": 0.5, "QA": 1.0}
+ERRORS = {"division_by_zero", "syntax", "not_found"}
+
+
+def _records():
+    out = []
+    for doc_id, tool, tool_input, anchor, outcome, l_none, l_no_result, l_with in CALLS:
+        text = next(d["text"] for d in DOCS if d["doc_id"] == doc_id)
+        char_start = text.index(anchor)
+        sample = {"doc_id": doc_id, "tool": tool, "input": tool_input, "position": char_start // 3,
+                  "char_start": char_start, "p_i": None, "source": "rules"}
+        failed = outcome in ERRORS
+        executed = {**sample, "result": None if failed else outcome,
+                    "error": {"code": outcome, "message": f"{outcome} in {tool_input}"} if failed else None}
+        filtered = dict(executed, call_text=None if failed else STYLE.render(tool, tool_input, outcome),
+                        call_text_no_result=STYLE.render(tool, tool_input, ""), loss_none=l_none,
+                        loss_no_result=l_no_result, loss_with_result=l_with, loss_minus=None, loss_plus=None,
+                        tau_filter=TAU[tool], kept=False)
+        if not failed:
+            filtered["loss_minus"] = min(l_none, l_no_result)
+            filtered["loss_plus"] = l_with
+            filtered["kept"] = filtered["loss_minus"] - l_with >= TAU[tool]
+        out.append((sample, executed, filtered))
+    return out
+
+
+def _write_stage(run: Path, name: str, records: list[dict], counts: dict, shard_size: int = 4) -> None:
+    d = run / name
+    d.mkdir(parents=True, exist_ok=True)
+    for i in range(0, len(records), shard_size):
+        (d / f"shard-{i // shard_size:05d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[i:i + shard_size]))
+    (d / "manifest.json").write_text(json.dumps({"stage": name, "config_hash": "x", "seed": 0, "counts": counts,
+                                                 "shards": (len(records) + shard_size - 1) // shard_size}))
+
+
+def make_run(root: Path, stages=("sample", "execute", "filter")) -> Path:
+    run = root / "run"
+    (run / "sample").mkdir(parents=True)
+    (run / "sample" / "documents.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
+    recs = _records()
+    tools = ("Calculator", "QA")
+    # A tool's pre-filter passes more documents than end up with candidates.
+    sample_counts = {"documents": len(DOCS), "windows": len(DOCS), "per_tool": {t: {
+        "documents": len({s["doc_id"] for s, _, _ in recs if s["tool"] == t}) + 1,
+        "positions": len({(s["doc_id"], s["position"]) for s, _, _ in recs if s["tool"] == t}),
+        "candidates": sum(s["tool"] == t for s, _, _ in recs)} for t in tools}}
+    _write_stage(run, "sample", [s for s, _, _ in recs], sample_counts)
+    if "execute" in stages:
+        _write_stage(run, "execute", [e for _, e, _ in recs], {"per_tool": {t: {
+            "candidates": sum(e["tool"] == t for _, e, _ in recs),
+            "ok": sum(e["tool"] == t and e["error"] is None for _, e, _ in recs),
+            "failed": sum(e["tool"] == t and e["error"] is not None for _, e, _ in recs)} for t in tools}})
+    if "filter" in stages:
+        _write_stage(run, "filter", [f for _, _, f in recs], {"per_tool": {t: {
+            "candidates": sum(f["tool"] == t for _, _, f in recs),
+            "scored": sum(f["tool"] == t and f["loss_plus"] is not None for _, _, f in recs),
+            "kept": sum(f["tool"] == t and f["kept"] for _, _, f in recs)} for t in tools}})
+    return run
+
+
+def expected_counts(run: Path) -> dict:
+    """Funnel counts straight from the shard records (and the manifest for the
+    two counts the records cannot give: documents and positions)."""
+    def records(stage):
+        return [json.loads(x) for p in sorted((run / stage).glob("shard-*.jsonl")) for x in p.read_text().splitlines()]
+    manifest = json.loads((run / "sample" / "manifest.json").read_text())["counts"]["per_tool"]
+    out = {}
+    for t in ("Calculator", "QA"):
+        out[t] = {"documents": manifest[t]["documents"], "positions": manifest[t]["positions"],
+                  "candidates": sum(r["tool"] == t for r in records("sample"))}
+        if (run / "execute").exists():
+            out[t]["executed_ok"] = sum(r["tool"] == t and r["error"] is None for r in records("execute"))
+        if (run / "filter").exists():
+            out[t]["kept"] = sum(r["tool"] == t and r["kept"] for r in records("filter"))
+    return out
+
+
+def cfg_for(run: Path, **inspect) -> PipelineConfig:
+    cfg = PipelineConfig(run_dir=str(run))
+    for k, v in inspect.items():
+        setattr(cfg.inspect, k, v)
+    return cfg
+
+
+LABEL_TO_STEP = {"documents passing pre-filter": "documents", "positions kept": "positions",
+                 "candidate calls": "candidates", "executed without error": "executed_ok", "kept (L⁻ − L⁺ ≥ tau_f)": "kept"}
+ROW = re.compile(r"^\s*(\S*)\s+(" + "|".join(re.escape(k) for k in LABEL_TO_STEP) + r")\s+([\d,]+|–)\s")
+
+
+def terminal_funnel(out: str) -> dict:
+    table, tool = {}, None
+    for line in out.splitlines():
+        m = ROW.match(line)
+        if m:
+            tool = m.group(1) or tool
+            table.setdefault(tool, {})[LABEL_TO_STEP[m.group(2)]] = None if m.group(3) == "–" else int(m.group(3).replace(",", ""))
+    return table
+
+
+class ReportParser(HTMLParser):
+    """Funnel rows, script tags, images, call spans and page links of one page."""
+
+    def __init__(self):
+        super().__init__()
+        self.funnel, self.tags, self.images, self.calls, self.links, self.text = {}, [], [], [], [], []
+        self._row = self._cell = self._call = self._doc = None
+        self.docs = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        self.tags.append(tag)
+        if tag == "tr" and "data-step" in a:
+            self._row = (a["data-tool"], a["data-step"])
+        if tag == "td" and self._row and "count" in (a.get("class") or "").split():
+            self._cell = ""
+        if tag == "img":
+            self.images.append(a["src"])
+        if tag == "a" and a.get("href", "").startswith("report"):
+            self.links.append(a["href"])
+        if tag == "span" and "call" in (a.get("class") or "").split() and "title" in a:  # not the legend
+            self._call = {"class": a["class"].split()[1], "title": a["title"], "text": "", "doc": self._doc}
+        if tag == "section" and a.get("class") == "doc":
+            self._doc = a["id"]
+            self.docs.append(a["id"])
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            tool, step = self._row
+            self.funnel.setdefault(tool, {})[step] = None if self._cell == "–" else int(self._cell.replace(",", ""))
+            self._cell = None
+        if tag == "tr":
+            self._row = None
+        if tag == "section":
+            self._doc = None
+        if tag == "span" and self._call is not None:
+            self.calls.append(self._call)
+            self._call = None
+
+    def handle_data(self, data):
+        self.text.append(data)
+        if self._cell is not None:
+            self._cell += data
+        if self._call is not None:
+            self._call["text"] += data
+
+
+def parse_page(path: Path) -> ReportParser:
+    p = ReportParser()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+def test_terminal_funnel_equals_record_counts(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # rich wraps to the terminal width
+    run = make_run(tmp_path)
+    ins = run_stage(cfg_for(run))
+    out = capsys.readouterr().out
+    expected = expected_counts(run)
+    assert expected["Calculator"] == {"documents": 4, "positions": 3, "candidates": 6, "executed_ok": 4, "kept": 2}
+    assert terminal_funnel(out) == expected
+    saved = json.loads((run / "inspect" / "funnel.json").read_text())
+    assert {t: v["counts"] for t, v in saved["per_tool"].items()} == {
+        t: dict(expected[t], failed=2 if t == "Calculator" else 1, scored=4 if t == "Calculator" else 3) for t in expected}
+    assert saved["warnings"] == [] and saved["missing"] == []
+    # Quantiles of L⁻ − L⁺ over the four scored calculator calls: -0.5, 0.2, 1.5, 2.1.
+    q = ins.quantiles["Calculator"]
+    assert q["n"] == 4 and q["min"] == pytest.approx(-0.5) and q["max"] == pytest.approx(2.1)
+    assert q["p50"] == pytest.approx(0.85)
+    assert "Calculator: highest L⁻ − L⁺, kept calls" in out
+    assert "[Calculator(340 + 275) → 615] 615 crates in all." in out
+    assert re.search(r"inspect: 2 tool\(s\), kept 4 of 10 calls \(40\.0 %\)", out)
+    manifest = json.loads((run / "inspect" / "manifest.json").read_text())
+    assert manifest["counts"]["per_tool"]["QA"] == {"candidates": 4, "kept": 2, "shown": 4}
+
+
+def test_report_html_funnel_escaping_and_plots(tmp_path, capsys):
+    run = make_run(tmp_path)
+    run_stage(cfg_for(run))
+    page = parse_page(run / "inspect" / "report.html")
+    assert page.funnel == expected_counts(run)
+    assert "script" not in page.tags and "link" not in page.tags
+    raw = (run / "inspect" / "report.html").read_text(encoding="utf-8")
+    assert "&lt;script&gt;" in raw and "<b>bold" not in raw
+    # The untrusted input and result come back as text, in call spans and tooltips.
+    qa_script = next(c for c in page.calls if c["text"].startswith("[QA(<script>"))
+    assert qa_script["text"] == "[QA(<script>alert('x')</script>) → </span><b>bold</b>]"
+    assert qa_script["class"] == "rejected" and "L⁻ − L⁺ = -0.100 < tau_f 1.00" in qa_script["title"]
+    kept = [c for c in page.calls if c["class"] == "kept"]
+    assert "[Calculator(340 + 275) → 615]" in {c["text"] for c in kept}
+    title = next(c["title"] for c in kept if c["text"] == "[Calculator(340 + 275) → 615]")
+    assert "L(ε) = 3.000" in title and "L(e(c,ε)) = 2.500" in title and "L(e(c,r)) = 0.400" in title
+    assert "L⁻ = 2.500   L⁺ = 0.400   margin = 2.100" in title
+    failed = next(c for c in page.calls if c["class"] == "failed" and "340 / 0" in c["text"])
+    assert "error: division_by_zero" in failed["title"]
+    # Histograms: one PNG per tool on disk, the same bytes embedded as data URIs.
+    for tool in ("Calculator", "QA"):
+        png = (run / "inspect" / f"margin-{tool}.png").read_bytes()
+        assert png.startswith(PNG_MAGIC)
+        assert "data:image/png;base64," + base64.b64encode(png).decode() in page.images
+    from PIL import Image
+
+    with Image.open(run / "inspect" / "margin-Calculator.png") as im:
+        im.verify()
+        assert im.size[0] > 100 and im.size[1] > 100
+
+
+def test_documents_show_every_call_in_place(tmp_path, capsys):
+    run = make_run(tmp_path)
+    run_stage(cfg_for(run))
+    page = parse_page(run / "inspect" / "report.html")
+    text = "".join(page.text)
+    # d0: the three calculator calls before "615", kept first, each followed by the separator.
+    d0 = DOCS[0]["text"]
+    calls = ["[Calculator(340 + 275) → 615]", "[Calculator(340 - 275) → 65]", "[Calculator(340 / 0)]"]
+    at = d0.index("615")
+    assert d0[:at] + " ".join(calls) + " " + d0[at:] in text
+    assert insert_calls(d0, [(at, c) for c in calls]) == d0[:at] + " ".join(calls) + " " + d0[at:]
+    assert [c["doc"] for c in page.calls if c["doc"]] == ["doc-0"] * 3 + ["doc-1", "doc-1", "doc-2", "doc-2",
+                                                                       "doc-3", "doc-4", "doc-4"]
+
+
+def test_filters_restrict_what_is_shown(tmp_path, capsys):
+    run = make_run(tmp_path)
+    ins = run_stage(cfg_for(run), tool="QA")
+    out = capsys.readouterr().out
+    assert ins.tools == ["QA"] and set(terminal_funnel(out)) == {"QA"}
+    page = parse_page(run / "inspect" / "report.html")
+    assert set(page.funnel) == {"QA"} and page.calls and all(c["text"].startswith("[QA(") for c in page.calls)
+    assert not (run / "inspect" / "margin-Calculator.png").exists()
+    # The funnel file always covers the whole run.
+    assert set(json.loads((run / "inspect" / "funnel.json").read_text())["per_tool"]) == {"Calculator", "QA"}
+
+    ins = run_stage(cfg_for(run), kept="yes")
+    shown = [r for calls in ins.selected.values() for r in calls]
+    assert len(shown) == 4 and all(r["kept"] for r in shown)
+    assert {c["class"] for c in parse_page(run / "inspect" / "report.html").calls} == {"kept"}
+
+    ins = run_stage(cfg_for(run), kept="no", max_margin=0.5)
+    shown = sorted(r["loss_minus"] - r["loss_plus"] for calls in ins.selected.values() for r in calls)
+    assert shown == pytest.approx([-0.5, -0.1, 0.2])
+    assert "Calculator: highest L⁻ − L⁺, rejected calls" in capsys.readouterr().out
+
+    ins = run_stage(cfg_for(run), min_margin=1.5)
+    assert sorted(r["input"] for calls in ins.selected.values() for r in calls) == [
+        "212 + 87", "340 + 275", "Who lives in Brightwater?", "Who rebuilt the mill?"]
+    with pytest.raises(ValueError, match="tool 'Calendar' is not in"):
+        run_stage(cfg_for(run), tool="Calendar")
+
+
+def test_paging_links_every_page(tmp_path, capsys):
+    run = make_run(tmp_path)
+    run_stage(cfg_for(run, page_size=2))
+    pages = sorted(p.name for p in (run / "inspect").glob("report*.html"))
+    assert pages == ["report-2.html", "report-3.html", "report.html"]
+    docs, in_docs = [], 0
+    for name in ("report.html", "report-2.html", "report-3.html"):
+        page = parse_page(run / "inspect" / name)
+        assert {"report.html", "report-2.html", "report-3.html"} - {name} <= set(page.links)
+        docs.append(page.docs)
+        in_docs += sum(c["doc"] is not None for c in page.calls)
+    assert docs == [["doc-0", "doc-1"], ["doc-2", "doc-3"], ["doc-4"]]
+    assert in_docs == len(CALLS)  # every call once, in its document
+    # Ranking rows link to the page that shows the document.
+    assert "report-2.html#doc-2" in parse_page(run / "inspect" / "report.html").links
+    # A shorter report removes the pages it no longer has.
+    run_stage(cfg_for(run, page_size=5))
+    assert sorted(p.name for p in (run / "inspect").glob("report*.html")) == ["report.html"]
+
+
+def test_sample_only_run_names_missing_stages(tmp_path, capsys):
+    run = make_run(tmp_path, stages=("sample",))
+    ins = run_stage(cfg_for(run))
+    out = capsys.readouterr().out
+    assert "missing stages: execute, filter" in out
+    funnel = terminal_funnel(out)
+    assert funnel["Calculator"] == {"documents": 4, "positions": 3, "candidates": 6, "executed_ok": None, "kept": None}
+    assert ins.funnel["missing"] == ["execute", "filter"]
+    assert re.search(r"inspect: 2 tool\(s\), 10 candidate calls, 10 shown; .*report\.html \(1 page\(s\)\); missing stages: execute, filter", out)
+    page = parse_page(run / "inspect" / "report.html")
+    assert {c["class"] for c in page.calls} == {"pending"} and len(page.calls) == len(CALLS)
+    assert "[Calculator(340 + 275)]" in {c["text"] for c in page.calls}
+    assert "missing stages: execute, filter" in "".join(page.text)
+    assert not list((run / "inspect").glob("*.png"))
+    # Calls without a rendered call_text take the call style the run saved.
+    (run / "config.yaml").write_text("calls:\n  style: special\n")
+    run_stage(cfg_for(run))
+    assert "<API>Calculator(340 + 275)</API>" in {c["text"] for c in parse_page(run / "inspect" / "report.html").calls}
+
+
+def test_mismatch_partial_and_bad_records(tmp_path, capsys):
+    run = make_run(tmp_path)
+    m = json.loads((run / "filter" / "manifest.json").read_text())
+    m["counts"]["per_tool"]["QA"]["kept"] = 3
+    (run / "filter" / "manifest.json").write_text(json.dumps(m))
+    run_stage(cfg_for(run))
+    assert "warning: filter: QA kept: manifest says 3, shard records give 2" in capsys.readouterr().out
+    (run / "execute" / "manifest.json").unlink()  # an interrupted execute stage: counts from its records
+    ins = run_stage(cfg_for(run))
+    assert ins.funnel["stages"]["execute"] == "partial"
+    step = ins.funnel["per_tool"]["QA"]["steps"][3]
+    assert step["step"] == "executed_ok" and step["count"] == 3 and step["source"] == "records (stage partial)"
+    with (run / "execute" / "shard-00001.jsonl").open("a") as f:
+        f.write("{not json\n")
+    with pytest.raises(ValueError, match=r"execute/shard-00001\.jsonl:5: invalid JSON"):
+        run_stage(cfg_for(run))
+
+
+def test_cli_inspect(tmp_path, capsys):
+    run = make_run(tmp_path)
+    assert main(["inspect", str(run), "inspect.top=1", "--tool", "Calculator", "--kept", "yes"]) == 0
+    out = capsys.readouterr().out
+    assert "Calculator: highest L⁻ − L⁺, kept calls" in out and "Calculator: lowest L⁻ − L⁺, kept calls" in out
+    assert out.count("[Calculator(") == 2  # top 1 and bottom 1
+    assert main(["inspect", str(tmp_path / "nope")]) == 2
+    assert "no such run folder" in capsys.readouterr().err
+
+
+def test_call_in_its_sentence():
+    text = DOCS[0]["text"]
+    rec = {"tool": "Calculator", "input": "340 + 275", "result": "615", "char_start": text.index("615")}
+    assert in_context(text, rec, STYLE, " ", 200) == (
+        "The market sold 340 crates and 275 crates, ", "[Calculator(340 + 275) → 615]", " 615 crates in all.")
+    assert sentence_around(text, text.index("615"), 10) == (text.index("615") - 10, text.index("615") + 10)
+    assert in_context(text, rec, STYLE, " ", 10)[0].startswith("…")

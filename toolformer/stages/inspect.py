@@ -1,0 +1,159 @@
+"""``toolformer inspect RUN_DIR``: what survived the filter, and why.
+
+Reads any run folder (sample only, sample + execute, or a full run; a stage
+interrupted half-way is read as "partial") and never writes into another
+stage's folder. Prints, per tool, the funnel (documents passing the tool's
+pre-filter → positions → candidates → executed without error → kept), the
+quantiles of L⁻ − L⁺ and the top and bottom ``inspect.top`` calls by that
+margin, each inserted in its sentence. Writes into ``RUN_DIR/inspect/``:
+
+    funnel.json          the funnel of every tool (ignores the filters)
+    margin-<tool>.png    histogram of L⁻ − L⁺ of the shown calls, tau_f marked
+    report.html          self-contained report; report-2.html ... further pages
+    manifest.json        counts and filters, written last
+
+The filters (``tool``, ``kept``, ``min_margin``, ``max_margin``) restrict
+everything but the funnel. Inspect is cheap and always reruns (``force`` is
+accepted for symmetry with the other stages); every file is written atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from toolformer.calls import get_style
+from toolformer.config import PipelineConfig
+from toolformer.configuration import ConfigError, load_config
+from toolformer.report import margin_histogram, write_report
+from toolformer.runfolder import Stage, atomic_write_text, fmt_pct
+from toolformer.runview import QUANTILES, STEP_LABELS, Inspection, in_context, inspect_run, margin
+from toolformer.stages import stage_hash
+
+
+def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
+    """Call style and separator the run used (its saved config.yaml), else
+    those of ``cfg``; plus a warning when the saved config cannot be read."""
+    saved = Path(cfg.run_dir) / "config.yaml"
+    calls, note = cfg.calls, None
+    if saved.exists():
+        try:
+            calls = load_config(PipelineConfig, saved).calls
+        except ConfigError as e:
+            note = f"{e}; using calls.style={cfg.calls.style!r} of the current config"
+    return get_style(calls.style), calls.separator, note
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+
+
+def _file_name(tool: str) -> str:
+    return "margin-" + re.sub(r"[^A-Za-z0-9_.-]", "_", tool) + ".png"
+
+
+def kept_share(funnel: dict, tools: list[str]) -> tuple[int, int, str]:
+    """Kept calls, candidate calls and the kept share over ``tools``."""
+    kept = sum(funnel["per_tool"][t]["counts"]["kept"] or 0 for t in tools)
+    cands = sum(funnel["per_tool"][t]["counts"]["candidates"] or 0 for t in tools)
+    return kept, cands, fmt_pct(kept, cands)
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False, tool: str | None = None, kept: str = "all",
+              min_margin: float | None = None, max_margin: float | None = None) -> Inspection:
+    style, separator, note = run_call_format(cfg)
+    ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, tool, kept, min_margin, max_margin)
+    out = Stage(cfg.run_dir, "inspect")
+    out.dir.mkdir(parents=True, exist_ok=True)
+    if out.manifest_path.exists():
+        out.manifest_path.unlink()  # the folder is being rewritten
+    if note:
+        ins.funnel["warnings"].append(note)
+    atomic_write_text(out.dir / "funnel.json", json.dumps(ins.funnel, indent=2, ensure_ascii=False) + "\n")
+    images = {}
+    for old in out.dir.glob("margin-*.png"):
+        old.unlink()
+    for t in ins.tools:
+        png = margin_histogram(t, ins.selected[t], ins.tau(t), cfg.inspect.bins)
+        if png is not None:
+            images[t] = png
+            _atomic_write_bytes(out.dir / _file_name(t), png)
+    pages = write_report(out.dir, ins, images, cfg.inspect.page_size, cfg.inspect.context_chars)
+    print_inspection(ins, cfg.inspect.context_chars)
+    n_kept, n_cands, pct = kept_share(ins.funnel, ins.tools)
+    shown = sum(len(v) for v in ins.selected.values())
+    counts = {"tools": len(ins.tools), "calls_shown": shown, "pages": len(pages), "plots": len(images),
+              "per_tool": {t: {"candidates": ins.funnel["per_tool"][t]["counts"]["candidates"],
+                               "kept": ins.funnel["per_tool"][t]["counts"]["kept"],
+                               "shown": len(ins.selected[t])} for t in ins.tools}}
+    out.finish(stage_hash(cfg, "inspect"), cfg.seed, counts, filters=ins.filters, stages=ins.funnel["stages"],
+               margins=ins.quantiles)
+    missing = f"; missing stages: {', '.join(ins.funnel['missing'])}" if ins.funnel["missing"] else ""
+    kept_part = f"kept {n_kept:,} of {n_cands:,} calls ({pct})" if "filter" not in ins.funnel["missing"] \
+        else f"{n_cands:,} candidate calls"
+    print(f"inspect: {len(ins.tools)} tool(s), {kept_part}, {shown:,} shown; "
+          f"{pages[0]} ({len(pages)} page(s)){missing}")
+    return ins
+
+
+# -- terminal ----------------------------------------------------------------------
+def print_inspection(ins: Inspection, width: int) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False)
+    f = ins.funnel
+    states = ", ".join(f"{s} {st}" for s, st in f["stages"].items() if st != "missing" or s in ("sample", "execute", "filter"))
+    console.print(f"inspect: {ins.view.run_dir} (stages: {states})")
+    if f["missing"]:
+        console.print(f"missing stages: {', '.join(f['missing'])}", style="bold yellow")
+    for w in f["warnings"]:
+        console.print(f"warning: {w}", style="yellow")
+
+    funnel = Table(title="Funnel per tool", box=box.SIMPLE, title_justify="left")
+    for col, just in (("tool", "left"), ("step", "left"), ("count", "right"), ("of previous", "right")):
+        funnel.add_column(col, justify=just, no_wrap=True)
+    for tool in ins.tools:
+        for i, step in enumerate(f["per_tool"][tool]["steps"]):
+            r = step["of_previous"]
+            prev = "–" if r is None else (f"{100 * r:.1f} %" if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
+            count = "–" if step["count"] is None else f"{step['count']:,}"
+            funnel.add_row(tool if i == 0 else "", STEP_LABELS[step["step"]], count, prev,
+                           end_section=i == len(f["per_tool"][tool]["steps"]) - 1)
+    console.print(funnel)
+
+    quant = Table(title="L⁻ − L⁺ of the calls shown", box=box.SIMPLE, title_justify="left")
+    quant.add_column("tool", no_wrap=True)
+    for name in ("tau_f", "n", *(n if n in ("min", "max") else n[1:] + "%" for n, _ in QUANTILES)):
+        quant.add_column(name, justify="right", no_wrap=True)
+    for tool in ins.tools:
+        q = ins.quantiles[tool]
+        tau = ins.tau(tool)
+        vals = [f"{q[n]:.2f}" for n, _ in QUANTILES] if q else ["–"] * len(QUANTILES)
+        quant.add_row(tool, "–" if tau is None else f"{tau:g}", f"{q['n']:,}" if q else "0", *vals)
+    console.print(quant)
+
+    which = "rejected" if ins.filters["kept"] == "no" else "kept"
+    for tool in ins.tools:
+        for title, calls in zip(("highest", "lowest"), ins.rankings[tool]):
+            if not calls:
+                continue
+            t = Table(title=f"{tool}: {title} L⁻ − L⁺, {which} calls", box=box.SIMPLE, title_justify="left")
+            for col in ("margin", "L⁻", "L⁺"):
+                t.add_column(col, justify="right", no_wrap=True)
+            t.add_column("doc", no_wrap=True)
+            t.add_column("in context")
+            for r in calls:
+                doc = ins.view.documents.get(r["doc_id"])
+                before, call, after = in_context(doc["text"] if doc else None, r, ins.style, ins.separator, width)
+                sentence = Text(before) + Text(call, style="bold green" if r.get("kept") else "bold red") + Text(after)
+                t.add_row(f"{margin(r):.3f}", f"{r['loss_minus']:.3f}", f"{r['loss_plus']:.3f}", str(r["doc_id"]), sentence)
+            console.print(t)
+    if "filter" in f["missing"]:
+        console.print("no losses to rank: the filter stage is missing")
