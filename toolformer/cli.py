@@ -131,7 +131,12 @@ def cmd_tiny_model(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # `inspect RUN --tool X key=value`: overrides after options arrive as extras.
+    if extra:
+        if not hasattr(args, "overrides") or any("=" not in e or e.startswith("-") for e in extra):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.overrides = [*args.overrides, *extra]
     if args.command is None:
         parser.print_help()
         return 2

@@ -43,7 +43,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
 
     with tqdm(total=len(candidates), desc="execute", unit="call") as bar:
         run_sharded(run.stage, candidates, cfg.shard_size, run.first_shard, process, bar)
-    per_tool: dict[str, dict] = defaultdict(lambda: {"candidates": 0, "ok": 0, "failed": 0})
+    per_tool: dict[str, dict] = {t: {"candidates": 0, "ok": 0, "failed": 0} for t in cfg.tools.enabled}
     errors: dict[str, int] = defaultdict(int)
     for r in run.stage.records():
         c = per_tool[r["tool"]]

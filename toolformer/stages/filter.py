@@ -13,8 +13,6 @@ tokenized once so every variant scores the same target tokens.
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 from tqdm.auto import tqdm
 
 from toolformer.calls import get_style
@@ -101,7 +99,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
     shard = cfg.shard_size * 4
     with tqdm(total=len(executed), desc="filter", unit="call") as bar:
         run_sharded(run.stage, executed, shard, run.first_shard, scorer.score, bar)
-    per_tool: dict[str, dict] = defaultdict(lambda: {"candidates": 0, "scored": 0, "kept": 0})
+    per_tool: dict[str, dict] = {t: {"candidates": 0, "scored": 0, "kept": 0} for t in cfg.tools.enabled}
     for r in run.stage.records():
         c = per_tool[r["tool"]]
         c["candidates"] += 1
