@@ -53,7 +53,20 @@ def load_tokenizer(path: str, style: CallStyle | None = None):
         tok.pad_token = tok.eos_token
     if style is not None and style.special_tokens:
         add_call_tokens(tok, None, style)
+    if style is not None:
+        check_markers(tok, style, path)
     return tok
+
+
+def check_markers(tokenizer, style: CallStyle, where: str = "") -> None:
+    """Every call marker must survive encode → decode; a tokenizer that maps
+    one to an unknown token cannot learn or score calls."""
+    for marker in (style.start, style.end, style.arrow):
+        ids = tokenizer(marker, add_special_tokens=False)["input_ids"]
+        back = tokenizer.decode(ids).strip()
+        if not ids or back != marker or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
+            raise ValueError(f"tokenizer {where}: cannot represent the call marker {marker!r} of style "
+                             f"{style.name!r} (decodes as {back!r}); use calls.style=special to add marker tokens")
 
 
 def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=None):

@@ -153,6 +153,20 @@ def run_sharded(stage: Stage, units: list, shard_size: int, first_shard: int, pr
         stage.write_shard(g, process(group))
         if progress is not None:
             progress.update(len(group))
+        fault_point(stage.name, g + 1 - first_shard)
+
+
+def fault_point(stage: str, done: int) -> None:
+    """Fault injection for the kill-and-resume tests: with
+    ``TOOLFORMER_FAULT=<stage>:<n>`` in the environment the process SIGKILLs
+    itself once it has completed ``n`` units of work (shards, checkpoints) of
+    that stage. Unset, this does nothing."""
+    spec = os.environ.get("TOOLFORMER_FAULT", "")
+    name, _, n = spec.partition(":")
+    if name == stage and n.isdigit() and done >= int(n):
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def fmt_pct(part: int, whole: int) -> str:

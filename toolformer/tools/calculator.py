@@ -42,7 +42,10 @@ def _evaluate(node: ast.AST) -> Fraction:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return Fraction(str(node.value))
+        v = Fraction(str(node.value))
+        if abs(v) > MAX_MAGNITUDE:
+            raise ToolError("too_large", f"number exceeds {float(MAX_MAGNITUDE):.0e}")
+        return v
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
         v = _evaluate(node.operand)
         return -v if isinstance(node.op, ast.USub) else v

@@ -1,0 +1,229 @@
+"""Faults: killed stages, hostile tool inputs, bad data, determinism, side effects."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import load_config
+from toolformer.pipeline import run_pipeline
+from toolformer.sandbox import Sandbox
+from toolformer.tools import REGISTRY, Tool, ToolError, calculate
+from toolformer.tools.calculator import Calculator
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _overrides(model_dir, run_dir):
+    return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={ROOT / 'data' / 'corpus.jsonl'}",
+            f"tools.collection={ROOT / 'data' / 'collection.jsonl'}",
+            f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "shard_size=4", "filter.tau_filter=0.0"]
+
+
+def _records(run_dir, stage):
+    return [line for p in sorted((Path(run_dir) / stage).glob("shard-*.jsonl")) for line in p.open()]
+
+
+def _cli(args, env=None):
+    return subprocess.run([sys.executable, "-m", "toolformer.cli", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny_model_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ref") / "run"
+    cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", _overrides(tiny_model_dir, run_dir))
+    run_pipeline(cfg)
+    return run_dir
+
+
+@pytest.mark.parametrize("stage", ["sample", "execute", "filter"])
+def test_sigkill_then_rerun_equals_uninterrupted(stage, reference_run, tiny_model_dir, tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["run", "--config", "configs/tiny.yaml", *_overrides(tiny_model_dir, run_dir)]
+    killed = _cli(args, {"TOOLFORMER_FAULT": f"{stage}:2"})
+    assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL after 2 shards of the stage
+    assert not (run_dir / stage / "manifest.json").exists()
+    assert len(list((run_dir / stage).glob("shard-*.jsonl"))) == 2
+    again = _cli(args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "resuming after 2 complete shard(s)" in again.stdout
+    for s in ("sample", "execute", "filter"):
+        got, want = _records(run_dir, s), _records(reference_run, s)
+        assert got == want, s  # same records, same order: none lost, none duplicated
+        assert len(set(got)) == len(got) or s == "sample"
+
+
+def test_same_seed_gives_byte_identical_records(reference_run, tiny_model_dir, tmp_path):
+    cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", _overrides(tiny_model_dir, tmp_path / "again"))
+    run_pipeline(cfg)
+    for s in ("sample", "execute", "filter"):
+        a = b"".join(p.read_bytes() for p in sorted((reference_run / s).glob("shard-*.jsonl")))
+        b = b"".join(p.read_bytes() for p in sorted((tmp_path / "again" / s).glob("shard-*.jsonl")))
+        assert a == b and a
+    m = json.loads((tmp_path / "again" / "sample" / "manifest.json").read_text())
+    assert m["seed"] == 0 and m["versions"]["torch"] and m["versions"]["transformers"]
+
+
+# -- hostile inputs -------------------------------------------------------------------
+
+_FORBIDDEN_EVENTS = {"exec", "os.system", "subprocess.Popen", "os.exec", "os.posix_spawn", "open", "socket.connect"}
+_WATCH = {"on": False, "seen": []}
+
+
+def _audit(event, args):
+    if _WATCH["on"] and (event in _FORBIDDEN_EVENTS or event.startswith("os.")):
+        _WATCH["seen"].append(event)
+
+
+sys.addaudithook(_audit)
+
+_code_like = st.sampled_from([
+    "__import__('os').system('id')", "open('/etc/passwd').read()", "(lambda: 1)()", "().__class__.__bases__",
+    "2 ** 99999", "9" * 5000, "(" * 500 + "1" + ")" * 500, "1" + "+1" * 3000, "exec('1')", "x.y", "[1, 2]",
+    "{'a': 1}", "1 if 1 else 2", "1 < 2", "~1", "1 << 64", "1 @ 2", "a[0]", "f'{1}'", "b'1'", "1j", "…",
+    "١٢٣ + ٤", "１２ + ３", "1e308 * 1e308", "0x1F", "1_000", "--1", "1 / (2 - 2)", "4,2 + 1", "\x00", "1;2",
+])
+_arith = st.recursive(
+    st.one_of(st.integers(-10**6, 10**6).map(str), st.decimals(-10**4, 10**4, places=3, allow_nan=False).map(str)),
+    lambda e: st.tuples(e, st.sampled_from(["+", "-", "*", "/", " x ", " × ", " ÷ "]), e).map(
+        lambda t: f"({t[0]}{t[1]}{t[2]})"), max_leaves=8)
+_hostile = st.one_of(_code_like, _arith, st.text(max_size=300),
+                     st.tuples(_arith, _code_like).map(lambda t: t[0] + t[1]))
+
+
+@settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(expr=_hostile)
+def test_calculator_never_raises_never_runs_code(expr):
+    _WATCH["on"] = True
+    t0 = time.perf_counter()
+    try:
+        out = calculate(expr)
+    except ToolError:
+        out = None
+    finally:
+        _WATCH["on"] = False
+    assert time.perf_counter() - t0 < 1.0  # far inside the sandbox timeout
+    assert not _WATCH["seen"], _WATCH["seen"]
+    if out is not None:
+        float(out)  # a result is always a plain number
+        assert len(out) < 25
+
+
+def test_hostile_tools_contained_while_the_execute_stage_finishes(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    class Hang(Tool):
+        name = "Hang"
+
+        def run(self, tool_input, date=None):
+            time.sleep(3600)
+
+    class Crash(Tool):
+        name = "Crash"
+
+        def run(self, tool_input, date=None):
+            raise MemoryError("pretend")
+
+    class Megabytes(Tool):
+        name = "Megabytes"
+
+        def run(self, tool_input, date=None):
+            return "y" * 3_000_000
+
+    for t in (Hang, Crash, Megabytes):
+        monkeypatch.setitem(REGISTRY, t.name, t)
+    run_dir = tmp_path / "run"
+    (run_dir / "sample").mkdir(parents=True)
+    docs = [{"doc_id": "a", "text": "x y z", "date": None}]
+    (run_dir / "sample" / "documents.jsonl").write_text(json.dumps(docs[0]) + "\n")
+    recs = [{"doc_id": "a", "tool": t, "input": str(i), "position": 0, "char_start": 0, "p_i": None, "source": "rules"}
+            for i, t in enumerate(["Hang", "Crash", "Megabytes", "Calculator"])]
+    (run_dir / "sample" / "shard-00000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    cfg = load_config(PipelineConfig, None, [f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
+                                             "tools.enabled=[Hang, Crash, Megabytes, Calculator]",
+                                             "tools.timeout_s=0.5", "tools.max_result_chars=100"])
+    from toolformer.runfolder import Stage
+    from toolformer.stages import execute, stage_hash
+
+    Stage(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
+    t0 = time.perf_counter()
+    execute.run_stage(cfg)
+    assert time.perf_counter() - t0 < 30
+    out = {json.loads(line)["tool"]: json.loads(line) for line in _records(run_dir, "execute")}
+    assert out["Hang"]["error"]["code"] == "timeout"
+    assert out["Crash"]["error"]["code"] == "exception" and "MemoryError" in out["Crash"]["error"]["message"]
+    assert len(out["Megabytes"]["result"]) == 101
+    assert out["Calculator"]["result"] == "3"
+    assert "execute: 2 of 4 calls returned a result" in capsys.readouterr().out
+
+
+def test_tool_with_side_effects_refused_unless_allowed(tiny_model_dir, tmp_path, monkeypatch):
+    class Mailer(Tool):
+        name = "Mailer"
+        read_only = False
+
+        def run(self, tool_input, date=None):
+            return "sent"
+
+    monkeypatch.setitem(REGISTRY, "Mailer", Mailer)
+    from toolformer.stages.sample import check_tools
+
+    cfg = load_config(PipelineConfig, None, ["tools.enabled=[Calculator, Mailer]"])
+    with pytest.raises(ValueError, match="Mailer is not read-only.*tools.allow_side_effects=true"):
+        check_tools(cfg)
+    cfg.tools.allow_side_effects = True
+    assert check_tools(cfg) == ["Calculator", "Mailer"]
+
+
+# -- bad data and bad config -------------------------------------------------------------
+
+def test_bad_corpus_records_counted_and_written_to_rejected(tiny_model_dir, tmp_path):
+    corpus = tmp_path / "bad.jsonl"
+    long_text = " ".join(f"The mill sold {i} sacks and {i + 1} more, {2 * i + 1} in all." for i in range(150))
+    corpus.write_bytes(b"\n".join([
+        json.dumps({"id": "ok1", "text": "Sold 340 and 275, 615 in all.", "date": "2020-01-01"}).encode(),
+        b"", b"{broken", b"\xff\xfe not utf8", json.dumps({"id": "nt"}).encode(),
+        json.dumps({"id": "long", "text": long_text}).encode(),
+        json.dumps({"id": "ok1", "text": "duplicate id"}).encode(),
+    ]) + b"\n")
+    run_dir = tmp_path / "run"
+    res = _cli(["sample", "--config", "configs/tiny.yaml", f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
+                f"corpus.path={corpus}", "model.max_length=256", "tools.enabled=[Calculator]",
+                "sample.method={Calculator: rules}"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "4 records rejected" in res.stdout
+    rejected = [json.loads(line) for line in (run_dir / "sample" / "rejected.jsonl").open()]
+    lines = sorted(int(r["source"].rsplit(":", 1)[1]) for r in rejected)
+    assert lines == [3, 4, 5, 7] and all(str(corpus) in r["source"] and r["reason"] for r in rejected)
+    docs = [json.loads(line) for line in (run_dir / "sample" / "documents.jsonl").open()]
+    windows = [d for d in docs if d["doc_id"].startswith("long#w")]
+    assert len(windows) > 1 and "".join(d["text"] for d in windows) == long_text  # split, nothing lost
+
+
+@pytest.mark.parametrize("override, message", [
+    ("filter.tau_filtre=1", "filter.tau_filtre: unknown key"),
+    ("sample.top_k=lots", "sample.top_k: expected an integer"),
+    ("model.path=/no/such/model", "model folder /no/such/model does not exist"),
+])
+def test_bad_config_clear_message(override, message, tiny_model_dir):
+    res = _cli(["sample", "--config", "configs/tiny.yaml", f"model.path={tiny_model_dir}", "run_dir=/tmp/tf-bad",
+                override])
+    assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
+
+
+def test_tokenizer_lacking_markers_is_refused(tmp_path):
+    from toolformer.calls import STYLES
+    from toolformer.modeling import check_markers
+    from toolformer.tokenizer import train_tokenizer
+
+    tok = train_tokenizer(["plain words only"], vocab_size=60)
+    tok.backend_tokenizer.model.unk_token = "<unk>"
+    with pytest.raises(ValueError, match="cannot represent the call marker '→'"):
+        check_markers(tok, STYLES["special"].__class__("x", "[", "]", "→"), "t")
