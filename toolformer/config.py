@@ -157,39 +157,65 @@ class FilterConfig:
 @dataclass
 class BuildConfig:
     drop_without_calls: bool = True
-    """Drop documents none of whose calls was kept."""
+    """Drop documents none of whose calls was kept; false keeps every one as a plain document."""
     plain_ratio: float = 0.0
-    """Mix in this many plain documents per augmented one (0 = none)."""
+    """Mix in this many plain (unannotated) documents per augmented one, drawn by seed (0 = none)."""
     max_per_tool: int = 25000
-    """At most this many kept calls per tool (the paper: 25k)."""
+    """At most this many kept calls per tool, the highest L⁻ − L⁺ first (the paper: 25k); 0 = no cap."""
+
+    def validate(self) -> None:
+        if self.plain_ratio < 0:
+            raise ValueError(f"plain_ratio: {self.plain_ratio} is negative")
+        if self.max_per_tool < 0:
+            raise ValueError(f"max_per_tool: {self.max_per_tool} is negative")
 
 
 @dataclass
 class FinetuneConfig:
+    dataset: str = ""
+    """Folder of a `save_to_disk` data set with a `text` column; empty = RUN_DIR/build/dataset."""
     output_dir: str = ""
     """Model folder; empty = RUN_DIR/model."""
     learning_rate: float = 1e-5
     """Peak learning rate (the paper: 1e-5)."""
     warmup_ratio: float = 0.1
     """Share of steps with linear warm-up (the paper: 10 %)."""
+    schedule: str = "linear"
+    """Learning rate after warm-up: linear decay to 0 (the paper) or cosine."""
+    weight_decay: float = 0.0
+    """AdamW weight decay on matrices (biases and norms never decay); the paper gives none."""
+    grad_clip: float = 1.0
+    """Clip the gradient norm to this; 0 = no clipping."""
     batch_size: int = 128
     """Effective batch in sequences (the paper: 128)."""
     micro_batch_size: int = 8
     """Sequences per forward per process; accumulation makes up the rest."""
     max_steps: int = 2000
-    """Optimizer steps (the paper: at most 2k)."""
+    """Optimizer steps (the paper: at most 2k); raising it later continues from the last checkpoint."""
     max_length: int = 1024
-    """Sequence length in tokens (the paper: 1024)."""
+    """Sequence length in tokens (the paper: 1024); capped at the model window."""
     eval_every: int = 100
-    """Evaluate dev perplexity every this many steps; the best checkpoint is kept."""
+    """Evaluate dev perplexity every this many steps; the best model is kept."""
     dev_ratio: float = 0.05
-    """Share of the data set held out for dev perplexity."""
+    """Share of the data set's documents held out for dev perplexity (0 = none: the last model is kept)."""
     save_every: int = 100
-    """Write a resumable checkpoint every this many steps."""
+    """Write a resumable checkpoint every this many steps (and at the last step); 0 = never."""
+    keep_checkpoints: int = 1
+    """Resumable checkpoints kept in OUTPUT_DIR/checkpoints (older ones are deleted)."""
+    log_every: int = 10
+    """Record the mean training loss every this many steps in trainer_state.json."""
     gradient_checkpointing: bool = False
     """Trade compute for memory."""
     dtype: str = "auto"
-    """auto (bf16 on GPU, fp32 on CPU), float32 or bfloat16."""
+    """auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16: autocast over float32 weights."""
+
+    def validate(self) -> None:
+        if self.schedule not in ("linear", "cosine"):
+            raise ValueError(f"schedule: {self.schedule!r} is not one of linear, cosine")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        if not 0.0 <= self.dev_ratio < 1.0:
+            raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
 
 
 @dataclass

@@ -1,0 +1,103 @@
+"""Stage finetune: trains on a saved data set, writes a model that reloads, resumes."""
+
+import json
+
+import pytest
+import torch
+from datasets import Dataset
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import load_config
+from toolformer.runfolder import Stage
+from toolformer.stages.finetune import run_stage, split_dev
+
+
+def write_build(run_dir, n=24):
+    """A build stage output made by hand: calls inline in half of the documents."""
+    texts, augmented = [], []
+    for i in range(n):
+        a, b = 10 + i, 3 * i + 1
+        if i % 2:
+            texts.append(f"Vell had {a} boats and bought {b} more, {a} + {b} = [Calculator({a} + {b}) → {a + b}] {a + b}.")
+        else:
+            texts.append(f"Vell had {a} boats and bought {b} more, so it had {a + b} boats.")
+        augmented.append(bool(i % 2))
+    stage = Stage(run_dir, "build")
+    stage.begin("x")
+    Dataset.from_dict({"text": texts, "doc_id": [str(i) for i in range(n)], "augmented": augmented,
+                       "calls": ["[]"] * n}).save_to_disk(str(stage.dir / "dataset"))
+    stage.finish("x", 0, {})
+    return texts
+
+
+def config(tmp_path, tiny_model_dir, *overrides):
+    path = tmp_path / "ft.yaml"
+    path.write_text(
+        f"run_dir: {tmp_path / 'run'}\n"
+        f"model: {{path: {tiny_model_dir}}}\n"
+        "finetune: {learning_rate: 0.003, batch_size: 4, micro_batch_size: 2, max_steps: 4, max_length: 32,\n"
+        "           eval_every: 2, save_every: 2, dev_ratio: 0.25, log_every: 1}\n"
+    )
+    return load_config(PipelineConfig, path, list(overrides))
+
+
+def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, capsys):
+    write_build(tmp_path / "run")
+    cfg = config(tmp_path, tiny_model_dir)
+    manifest = run_stage(cfg)
+    out = tmp_path / "run" / "model"
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("finetune: 4 steps, dev perplexity ") and line.endswith(f"model in {out}")
+
+    tuned = AutoModelForCausalLM.from_pretrained(out)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    assert any(not torch.equal(p, q) for p, q in zip(tuned.parameters(), base.parameters()))
+    assert len(AutoTokenizer.from_pretrained(out)) == len(AutoTokenizer.from_pretrained(tiny_model_dir))
+    c = manifest["counts"]
+    assert (c["documents"], c["augmented"], c["dev_documents"], c["steps"]) == (24, 12, 6, 4)
+    assert c["best_step"] in (2, 4) and c["best_dev_perplexity"] > 1
+    card = (out / "README.md").read_text()
+    assert "12 with calls" in card and "best at step" in card and "learning_rate: 0.003" in card
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 4 and state["best_step"] == c["best_step"]
+
+    # Unchanged config: skipped. More steps: continues from the step-4 checkpoint.
+    assert run_stage(cfg)["finished"] == manifest["finished"]
+    more = run_stage(config(tmp_path, tiny_model_dir, "finetune.max_steps=6"))
+    assert more["counts"]["resumed_from"] == 4 and more["counts"]["steps"] == 6
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
+
+
+def test_control_data_set_and_special_call_tokens(tmp_path, tiny_model_dir):
+    """Any saved data set (e.g. plain documents for a control model), another
+    output folder, and the special-token call style whose tokens are added."""
+    texts = write_build(tmp_path / "run")
+    plain = tmp_path / "plain"
+    Dataset.from_dict({"text": [t.split(", ")[0] + "." for t in texts]}).save_to_disk(str(plain))
+    cfg = config(tmp_path, tiny_model_dir, f"finetune.dataset={plain}", f"finetune.output_dir={tmp_path / 'control'}",
+                 "calls.style=special", "finetune.dev_ratio=0")
+    m = run_stage(cfg)
+    assert m["counts"]["augmented"] == 0 and m["counts"]["best_dev_perplexity"] is None
+    tok = AutoTokenizer.from_pretrained(tmp_path / "control")
+    assert tok.convert_tokens_to_ids("<API>") != tok.unk_token_id
+    model = AutoModelForCausalLM.from_pretrained(tmp_path / "control")
+    assert model.get_input_embeddings().weight.shape[0] == len(tok)
+
+
+def test_bad_data_set(tmp_path, tiny_model_dir):
+    Dataset.from_dict({"body": ["x"]}).save_to_disk(str(tmp_path / "nobody"))
+    cfg = config(tmp_path, tiny_model_dir, f"finetune.dataset={tmp_path / 'nobody'}")
+    with pytest.raises(ValueError, match="no 'text' column"):
+        run_stage(cfg)
+    cfg = config(tmp_path, tiny_model_dir)
+    with pytest.raises(FileNotFoundError, match="build"):
+        run_stage(cfg)
+
+
+def test_split_dev():
+    train, dev = split_dev(20, 0.1, seed=0)
+    assert len(dev) == 2 and sorted(train + dev) == list(range(20))
+    assert split_dev(20, 0.1, seed=0) == (train, dev)
+    assert split_dev(3, 0.01, seed=0)[1] != [] and split_dev(5, 0.0, seed=0)[1] == []

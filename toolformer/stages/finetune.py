@@ -1,0 +1,192 @@
+"""Stage ``finetune``: the ordinary causal-LM objective on the augmented data set C*.
+
+Reads ``RUN_DIR/build/dataset`` (or ``finetune.dataset``: any ``save_to_disk``
+folder with a ``text`` column, e.g. the same documents without calls for a
+control model), holds out ``finetune.dev_ratio`` of the documents for dev
+perplexity, packs the rest into rows of ``finetune.max_length`` tokens and
+trains with :func:`toolformer.training.train_causal_lm` (the paper: batch 128,
+lr 1e-5, 10 % linear warm-up, at most 2k steps, best model by dev perplexity).
+
+Writes the model with ``save_pretrained`` (model and tokenizer, call tokens
+included for the special-token style) into ``finetune.output_dir`` or
+``RUN_DIR/model``, with a model card ``README.md`` and ``trainer_state.json``;
+resumable checkpoints in ``<model>/checkpoints``; the manifest in
+``RUN_DIR/finetune`` last. Under ``accelerate launch --num_processes N`` each
+process runs this function; only the main one writes the stage's files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import config_hash, dump_yaml
+from toolformer.runfolder import Stage, atomic_write_text
+from toolformer.stages import seed_everything, stage_hash, start
+from toolformer.training import TrainArgs, pack_sequences, train_causal_lm, use_cpu
+
+# Fields that may change between runs without invalidating the checkpoints:
+# raising max_steps continues training, the others only change bookkeeping.
+RESUMABLE_CHANGES = ("max_steps", "eval_every", "save_every", "keep_checkpoints", "log_every", "output_dir")
+
+
+def dataset_dir(cfg: PipelineConfig) -> Path:
+    return Path(cfg.finetune.dataset) if cfg.finetune.dataset else Path(cfg.run_dir) / "build" / "dataset"
+
+
+def model_dir(cfg: PipelineConfig) -> Path:
+    return Path(cfg.finetune.output_dir) if cfg.finetune.output_dir else Path(cfg.run_dir) / "model"
+
+
+def load_texts(path: Path) -> tuple[list[str], list[bool]]:
+    """Texts and `augmented` flags (all false when the column is absent)."""
+    from datasets import load_from_disk
+
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no data set; run the build stage first or set finetune.dataset")
+    ds = load_from_disk(str(path))
+    if "text" not in ds.column_names:
+        raise ValueError(f"{path}: data set has no 'text' column (columns: {', '.join(ds.column_names)})")
+    if len(ds) == 0:
+        raise ValueError(f"{path}: data set is empty (did the filter keep any call?)")
+    texts = ds["text"]
+    augmented = ds["augmented"] if "augmented" in ds.column_names else [False] * len(texts)
+    return list(texts), list(augmented)
+
+
+def texts_hash(texts: list[str]) -> str:
+    h = hashlib.sha256()
+    for t in texts:
+        h.update(t.encode("utf-8"))
+        h.update(b"\0")
+    return h.hexdigest()[:16]
+
+
+def split_dev(n: int, dev_ratio: float, seed: int) -> tuple[list[int], list[int]]:
+    """Document indices (train, dev): ``dev_ratio`` of them, drawn with the seed;
+    at least one when the ratio is positive and there are two documents or more."""
+    n_dev = round(dev_ratio * n)
+    if dev_ratio > 0 and n >= 2:
+        n_dev = min(max(1, n_dev), n - 1)
+    dev = set(random.Random(seed).sample(range(n), n_dev))
+    return [i for i in range(n) if i not in dev], sorted(dev)
+
+
+def train_args(cfg: PipelineConfig) -> TrainArgs:
+    f = cfg.finetune
+    return TrainArgs(
+        learning_rate=f.learning_rate, warmup_ratio=f.warmup_ratio, schedule=f.schedule, batch_size=f.batch_size,
+        micro_batch_size=f.micro_batch_size, max_steps=f.max_steps, eval_every=f.eval_every, save_every=f.save_every,
+        keep_checkpoints=f.keep_checkpoints, weight_decay=f.weight_decay, grad_clip=f.grad_clip, dtype=f.dtype,
+        seed=cfg.seed, gradient_checkpointing=f.gradient_checkpointing, log_every=f.log_every,
+    )
+
+
+def run_key(cfg: PipelineConfig, data_hash: str) -> str:
+    """What checkpoints depend on: model, call format, data and hyper-parameters."""
+    f = {k: v for k, v in asdict(cfg.finetune).items() if k not in RESUMABLE_CHANGES}
+    model = {k: getattr(cfg.model, k) for k in ("path", "tokenizer", "max_length")}  # not threads or device
+    return config_hash({"model": model, "calls": asdict(cfg.calls), "finetune": f,
+                        "seed": cfg.seed, "data": data_hash})
+
+
+def model_card(cfg: PipelineConfig, data: dict, metrics: dict) -> str:
+    best = metrics["best_dev_perplexity"]
+    result = (f"dev perplexity {best:.3f} (best at step {metrics['best_step']})" if best is not None
+              else "no dev set; the model of the last step")
+    return f"""# Toolformer fine-tune of `{cfg.model.path}`
+
+Fine-tuned with the causal-LM objective on a data set with API calls inline
+(Schick et al., 2023), by `toolformer finetune`. Calls are written in the
+`{cfg.calls.style}` style; at inference a call stops at the result marker, the
+tool runs and its result is inserted (`toolformer generate --model {model_dir(cfg)} "..."`).
+
+## Data
+
+- data set: `{data['dataset']}`
+- documents: {data['documents']:,} ({data['augmented']:,} with calls), {data['dev_documents']:,} held out for dev
+- packed rows of {data['seq_len']} tokens: {data['train_rows']:,} train, {data['dev_rows']:,} dev
+
+## Result
+
+{metrics['steps']} steps of {metrics['effective_batch_size']} sequences; {result};
+final training loss {metrics['train_loss']:.4f}; {metrics['wall_seconds']} s at {metrics['tokens_per_second']:,.0f} tokens/s
+on {metrics['processes']} process(es).
+
+## Config (`finetune` section)
+
+```yaml
+{dump_yaml(cfg.finetune).rstrip()}
+```
+
+Load with `AutoModelForCausalLM.from_pretrained(...)` and `AutoTokenizer.from_pretrained(...)` on this folder.
+"""
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
+    from accelerate import PartialState
+
+    from toolformer.calls import get_style
+    from toolformer.modeling import load_model, load_tokenizer, model_window, set_threads
+
+    state = PartialState(cpu=use_cpu())
+    stage = Stage(cfg.run_dir, "finetune")
+    data_path = dataset_dir(cfg)
+    if not cfg.finetune.dataset:
+        Stage(cfg.run_dir, "build").require(" (finetune reads its data set)")
+    texts, augmented = load_texts(data_path)
+    data_hash = texts_hash(texts)
+    # A finished run on other data, or whose model folder is gone, is stale
+    # even if the config is unchanged.
+    previous = stage.manifest()
+    if previous is not None and (previous.get("data_hash") != data_hash
+                                 or not (model_dir(cfg) / "config.json").exists()):
+        force = True
+    # Every process decides from the same files before the main one changes them.
+    skip = not force and stage.is_complete(stage_hash(cfg, "finetune"))
+    state.wait_for_everyone()
+    if state.is_main_process:
+        run = start(cfg, "finetune", force)
+    else:
+        seed_everything(cfg.seed)
+    state.wait_for_everyone()
+    if skip:
+        return stage.manifest()
+
+    if state.device.type == "cpu":
+        # Several processes on one machine share its cores.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        set_threads(cfg.model.threads or max(1, cores // state.num_processes))
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, get_style(cfg.calls.style))
+    # Loaded in float32 on the CPU; the training loop moves it to this process's device.
+    model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
+    seq_len = min(cfg.finetune.max_length, model_window(model))
+
+    train_idx, dev_idx = split_dev(len(texts), cfg.finetune.dev_ratio, cfg.seed)
+    train_rows = pack_sequences(tokenizer, [texts[i] for i in train_idx], seq_len)  # (N, T)
+    dev_rows = pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len) if dev_idx else None  # (M, T)
+    out = model_dir(cfg)
+    metrics = train_causal_lm(model, train_rows, dev_rows, train_args(cfg), out, tokenizer=tokenizer,
+                              resume=not force, run_key=run_key(cfg, data_hash))
+
+    if not state.is_main_process:
+        return None
+    data = {
+        "dataset": str(data_path), "documents": len(texts), "augmented": sum(map(bool, augmented)),
+        "dev_documents": len(dev_idx), "seq_len": seq_len, "train_rows": len(train_rows),
+        "dev_rows": 0 if dev_rows is None else len(dev_rows),
+        "train_tokens": int((train_rows >= 0).sum()),
+    }
+    atomic_write_text(out / "README.md", model_card(cfg, data, metrics))
+    run.stage.finish(run.hash, cfg.seed, {**data, **metrics}, model=str(out), base_model=cfg.model.path,
+                     data_hash=data_hash)
+    best = metrics["best_dev_perplexity"]
+    result = f"dev perplexity {best:.2f} (best at step {metrics['best_step']})" if best is not None else "no dev set"
+    print(f"finetune: {metrics['steps']:,} steps, {result}, model in {out}")
+    return run.stage.manifest()

@@ -1,0 +1,410 @@
+"""A plain training loop for causal LMs on packed token rows, built on ``accelerate``.
+
+Used to fine-tune on the augmented data set C* (stage ``finetune``) and to
+pre-train the small world's base model from scratch. It is a short loop rather
+than the HF ``Trainer``, which ran about 10 % slower per step on the tiny model.
+
+* Data: :func:`pack_sequences` turns documents into rows of ``seq_len`` tokens.
+  The order of rows is a function of the optimizer step alone (a seeded
+  permutation per epoch), so resuming needs no data-loader state.
+* One optimizer step consumes ``batch_size`` rows: ``micro_batch_size`` per
+  forward and process, gradients accumulated over the rest.
+* Learning rate: linear warm-up over ``warmup_ratio`` of the steps, then linear
+  decay to 0 (the paper) or cosine. It is computed from the step, so it has no
+  state of its own to save.
+* Precision: float32 weights and optimizer; ``bfloat16``/``float16`` are
+  autocast (mixed precision), since bf16 weights would swallow updates at
+  lr 1e-5.
+* Dev perplexity every ``eval_every`` steps; the best model is saved with
+  ``save_pretrained`` into ``output_dir`` (without a dev set, the last one).
+* Resumable checkpoints (``accelerate.save_state``: model, optimizer, RNG;
+  plus the step and log history) in ``output_dir/checkpoints/step-NNNNNNN``; a
+  rerun continues from the last complete one.
+* Runs alone, or data-parallel under ``accelerate launch --num_processes N``;
+  only the main process writes files other than checkpoint shards.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from itertools import chain
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from toolformer.modeling import bos_ids
+from toolformer.runfolder import atomic_write_text
+
+# Fills the padded tail of the last packed row; ignored by the loss and masked
+# from attention (any real id is substituted before the forward pass).
+IGNORE_INDEX = -100
+CHECKPOINTS = "checkpoints"
+TRAINER_STATE = "trainer_state.json"
+CHECKPOINT_STATE = "state.json"  # written last into a checkpoint: its presence means complete
+RUN_KEY = "run_key.json"
+
+
+def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1000) -> torch.LongTensor:
+    """Concatenate documents, each preceded by the BOS (or end-of-text) token,
+    and cut the stream into rows of ``seq_len`` tokens.
+
+    Texts are tokenized with ``add_special_tokens=False``. A document may span
+    two rows. The last, partial row is kept and padded with ``IGNORE_INDEX``
+    (so no token is lost on small data sets); :func:`batch_inputs` turns those
+    into an attention mask and ignored labels. Returns (N, seq_len) int64.
+    """
+    if seq_len < 2:
+        raise ValueError(f"seq_len {seq_len}: need at least 2 tokens per row")
+    sep = bos_ids(tokenizer) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
+    texts = list(texts)
+    chunks: list[np.ndarray] = []  # int64 arrays: 8 bytes a token, not a Python list
+    for i in tqdm(range(0, len(texts), batch), desc="pack", unit="batch", disable=len(texts) <= batch):
+        encoded = tokenizer(texts[i : i + batch], add_special_tokens=False)["input_ids"]
+        chunks.append(np.fromiter(chain.from_iterable(chain(sep, ids) for ids in encoded), dtype=np.int64))
+    stream = torch.from_numpy(np.concatenate(chunks)) if chunks else torch.zeros(0, dtype=torch.long)  # (S,)
+    n_rows = math.ceil(len(stream) / seq_len)
+    rows = torch.full((n_rows * seq_len,), IGNORE_INDEX, dtype=torch.long)  # (N * T,)
+    rows[: len(stream)] = stream
+    return rows.view(n_rows, seq_len)  # (N, T)
+
+
+def batch_inputs(rows: torch.Tensor, pad_id: int = 0) -> dict[str, torch.Tensor]:
+    """Model inputs for packed rows (B, T): padding becomes ``pad_id`` with
+    attention 0, and labels keep ``IGNORE_INDEX`` there."""
+    pad = rows == IGNORE_INDEX  # (B, T)
+    return {
+        "input_ids": rows.masked_fill(pad, pad_id),  # (B, T)
+        "attention_mask": (~pad).long(),  # (B, T)
+        "labels": rows,  # (B, T); the model shifts them by one
+    }
+
+
+@dataclass
+class TrainArgs:
+    learning_rate: float = 1e-5
+    """Peak learning rate, reached at the end of warm-up (the paper: 1e-5)."""
+    warmup_ratio: float = 0.1
+    """Share of max_steps with linear warm-up from 0 (the paper: 10 %)."""
+    schedule: str = "linear"
+    """After warm-up: linear decay to 0 at max_steps (the paper) or cosine."""
+    batch_size: int = 128
+    """Effective batch in sequences per optimizer step, over all processes."""
+    micro_batch_size: int = 8
+    """Sequences per forward pass and process; gradients are accumulated to batch_size."""
+    max_steps: int = 2000
+    """Optimizer steps; a rerun with a larger value continues from the last checkpoint."""
+    eval_every: int = 100
+    """Dev perplexity every this many steps (and at the last); 0 = only at the last."""
+    save_every: int = 100
+    """Resumable checkpoint every this many steps (and at the last); 0 = none."""
+    keep_checkpoints: int = 2
+    """Checkpoints kept; older ones are deleted once a newer one is complete."""
+    weight_decay: float = 0.0
+    """AdamW weight decay, applied to matrices only (not biases or norm weights)."""
+    grad_clip: float = 1.0
+    """Clip the global gradient norm to this; 0 = no clipping."""
+    dtype: str = "auto"
+    """Autocast dtype: auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16."""
+    seed: int = 0
+    """Seeds the row order and dropout."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in the backward pass to save memory."""
+    log_every: int = 10
+    """Mean training loss logged every this many steps."""
+
+    def validate(self) -> None:
+        if self.schedule not in ("linear", "cosine"):
+            raise ValueError(f"schedule: {self.schedule!r} is not one of linear, cosine")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        for name in ("batch_size", "micro_batch_size", "max_steps", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
+
+
+def lr_factor(step: int, args: TrainArgs) -> float:
+    """Multiplier of the peak learning rate for optimizer step ``step`` (0-based)."""
+    warmup = round(args.warmup_ratio * args.max_steps)
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = (step - warmup) / max(1, args.max_steps - warmup)  # in [0, 1)
+    if args.schedule == "cosine":
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+    return 1.0 - progress
+
+
+def use_cpu() -> bool:
+    """Whether accelerate must run on the CPU: asked for (``accelerate launch
+    --cpu``), or several processes were launched on a machine without CUDA
+    (``accelerate launch --multi_gpu`` or ``torchrun`` there), which accelerate
+    then only joins into one data-parallel group (gloo) when told ``cpu``."""
+    import os
+
+    from accelerate.utils import parse_flag_from_env
+
+    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    return parse_flag_from_env("ACCELERATE_USE_CPU") or (launched and not torch.cuda.is_available())
+
+
+def _mixed_precision(dtype: str) -> str:
+    if dtype == "auto":
+        return "bf16" if torch.cuda.is_available() else "no"
+    return {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}[dtype]
+
+
+def _param_groups(model, weight_decay: float) -> list[dict]:
+    decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class RowOrder:
+    """Row indices of the training stream: epoch e is a permutation seeded by
+    (seed, e), so the rows of any step are known without replaying the run."""
+
+    def __init__(self, n_rows: int, seed: int):
+        self.n, self.seed, self._perms = n_rows, seed, {}
+
+    def _perm(self, epoch: int) -> torch.Tensor:
+        if epoch not in self._perms:
+            g = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            self._perms = {epoch: torch.randperm(self.n, generator=g)}  # one epoch cached at a time
+        return self._perms[epoch]
+
+    def take(self, start: int, count: int) -> torch.Tensor:
+        """Indices of stream positions start .. start + count - 1."""
+        return torch.stack([self._perm(q // self.n)[q % self.n] for q in range(start, start + count)])
+
+
+def checkpoint_dirs(output_dir: Path) -> list[Path]:
+    """Complete checkpoints, oldest first."""
+    root = output_dir / CHECKPOINTS
+    found = [p for p in root.glob("step-*") if (p / CHECKPOINT_STATE).exists()] if root.exists() else []
+    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
+
+
+@torch.no_grad()
+def evaluate_perplexity(model, rows: torch.Tensor, micro_batch_size: int, accelerator, pad_id: int = 0) -> dict:
+    """Token-level dev loss and perplexity over ``rows`` (N, T), split across
+    processes. Every process runs the same number of forwards (short shards
+    repeat a row with weight 0) so wrapped models stay in step."""
+    model.eval()
+    world, rank = accelerator.num_processes, accelerator.process_index
+    per_rank = math.ceil(len(rows) / world)
+    idx = torch.arange(rank * per_rank, (rank + 1) * per_rank)  # (P,)
+    weight = (idx < len(rows)).float()  # (P,) 0 for the padding rows
+    idx = idx.clamp(max=len(rows) - 1)
+    nll = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)
+    for s in range(0, per_rank, micro_batch_size):
+        part = rows[idx[s : s + micro_batch_size]]  # (B, T)
+        batch = {k: v.to(accelerator.device) for k, v in batch_inputs(part, pad_id).items()}
+        w = weight[s : s + micro_batch_size].to(accelerator.device)  # (B,)
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+        targets = batch["labels"][:, 1:]  # (B, T-1)
+        token_nll = torch.nn.functional.cross_entropy(
+            logits[:, :-1].float().transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none"
+        )  # (B, T-1)
+        counted = (targets != IGNORE_INDEX).double()  # (B, T-1)
+        nll += (token_nll.double().sum(1) * w).sum()
+        tokens += (counted.sum(1) * w).sum()
+    nll, tokens = accelerator.reduce(nll, "sum"), accelerator.reduce(tokens, "sum")
+    model.train()
+    loss = (nll / tokens.clamp(min=1)).item()
+    return {"dev_loss": round(loss, 6), "dev_perplexity": round(math.exp(min(loss, 50.0)), 4),
+            "dev_tokens": int(tokens.item())}
+
+
+def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: TrainArgs, output_dir: str | Path,
+                    tokenizer=None, resume: bool = True, run_key: str | None = None,
+                    on_step: Callable[[int, dict], None] | None = None) -> dict:
+    """Train ``model`` on packed rows ``train`` (N, T); see the module docstring.
+
+    ``dev`` (M, T) rows give the perplexity that picks the best model.
+    ``resume=False`` deletes existing checkpoints first; ``run_key`` (e.g. a
+    hash of the data and hyper-parameters) is stored with the checkpoints, and
+    checkpoints written under another key are deleted rather than resumed.
+    ``on_step(step, record)`` is called after every optimizer step (tests use
+    it to interrupt a run). Returns steps, train_loss, best_dev_perplexity,
+    best_step, wall_seconds, tokens_per_second and more.
+    """
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    args.validate()
+    if len(train) == 0:
+        raise ValueError("train_causal_lm: no training rows")
+    output_dir = Path(output_dir)
+    accelerator = Accelerator(mixed_precision=_mixed_precision(args.dtype), cpu=use_cpu())
+    main = accelerator.is_main_process
+    world = accelerator.num_processes
+    accum = max(1, args.batch_size // (args.micro_batch_size * world))
+    effective = accum * args.micro_batch_size * world
+    if effective != args.batch_size and main:
+        print(f"train: effective batch {effective} (micro {args.micro_batch_size} x {world} processes x {accum} "
+              f"accumulation) instead of {args.batch_size}")
+    pad_id = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+    ckpt_root = output_dir / CHECKPOINTS
+    if main:
+        _prepare_checkpoints(ckpt_root, resume, run_key)
+    accelerator.wait_for_everyone()
+    set_seed(args.seed)
+
+    model = model.float()  # master weights in float32 (see module docstring)
+    if args.gradient_checkpointing:
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    model.train()
+    optimizer = torch.optim.AdamW(_param_groups(model, args.weight_decay), lr=args.learning_rate)
+    model, optimizer = accelerator.prepare(model, optimizer)
+
+    step, history, best = 0, [], {"dev_perplexity": None, "step": None}
+    found = checkpoint_dirs(output_dir)
+    if found:
+        accelerator.load_state(str(found[-1]))
+        saved = json.loads((found[-1] / CHECKPOINT_STATE).read_text())
+        step, history, best = saved["step"], saved["log_history"], saved["best"]
+        if main:
+            print(f"train: resuming from {found[-1]} (step {step})")
+    resumed_from = step
+
+    order = RowOrder(len(train), args.seed)
+    state = {"args": asdict(args), "max_steps": args.max_steps, "effective_batch_size": effective,
+             "train_rows": len(train), "dev_rows": 0 if dev is None else len(dev), "seq_len": train.shape[1]}
+
+    def write_state() -> None:
+        if main:
+            record = {**state, "global_step": step, "best_step": best["step"],
+                      "best_dev_perplexity": best["dev_perplexity"], "log_history": history}
+            atomic_write_text(output_dir / TRAINER_STATE, json.dumps(record, indent=2) + "\n")
+
+    def save_model() -> None:
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its shard bars would break the training bar
+        unwrapped = accelerator.unwrap_model(model)
+        unwrapped.save_pretrained(output_dir, is_main_process=main, save_function=accelerator.save,
+                                  state_dict=accelerator.get_state_dict(model))
+        if main and tokenizer is not None:
+            tokenizer.save_pretrained(output_dir)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+    def do_eval() -> None:
+        result = evaluate_perplexity(model, dev, args.micro_batch_size, accelerator, pad_id)
+        history.append({"step": step, **result})
+        if best["dev_perplexity"] is None or result["dev_perplexity"] < best["dev_perplexity"]:
+            best.update(dev_perplexity=result["dev_perplexity"], step=step)
+            save_model()
+        if main:
+            tqdm.write(f"step {step}: dev perplexity {result['dev_perplexity']:.3f} (best {best['dev_perplexity']:.3f} "
+                       f"at step {best['step']})")
+
+    def do_checkpoint() -> None:
+        path = ckpt_root / f"step-{step:07d}"
+        accelerator.save_state(str(path))
+        accelerator.wait_for_everyone()
+        if main:
+            saved = {"step": step, "log_history": history, "best": best}
+            atomic_write_text(path / CHECKPOINT_STATE, json.dumps(saved) + "\n")
+            for old in checkpoint_dirs(output_dir)[: -max(1, args.keep_checkpoints)]:
+                shutil.rmtree(old, ignore_errors=True)
+
+    has_dev = dev is not None and len(dev) > 0
+    t0 = time.perf_counter()
+    local_tokens = 0
+    loss_sum = torch.zeros((), device=accelerator.device)
+    loss_count = 0
+    last_loss = None
+    bar = tqdm(total=args.max_steps, initial=step, desc="train", unit="step", disable=not main, dynamic_ncols=True)
+    while step < args.max_steps:
+        lr = args.learning_rate * lr_factor(step, args)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        step_loss = torch.zeros((), device=accelerator.device)
+        for k in range(accum):
+            # This micro-batch's place in the stream: step, accumulation round, process.
+            first = ((step * accum + k) * world + accelerator.process_index) * args.micro_batch_size
+            rows = train[order.take(first, args.micro_batch_size)]  # (B, T)
+            batch = {name: v.to(accelerator.device) for name, v in batch_inputs(rows, pad_id).items()}
+            local_tokens += int(batch["attention_mask"].sum())
+            sync = accelerator.no_sync(model) if k < accum - 1 else nullcontext()
+            with sync:
+                loss = model(**batch, use_cache=False).loss / accum
+                accelerator.backward(loss)
+            step_loss += loss.detach()
+        grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.grad_clip) if args.grad_clip > 0 else None
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        loss_sum += step_loss
+        loss_count += 1
+        bar.update(1)
+
+        if step % args.log_every == 0 or step == args.max_steps:
+            mean = (accelerator.reduce(loss_sum, "mean") / loss_count).item()
+            last_loss = round(mean, 6)
+            record = {"step": step, "loss": round(mean, 6), "learning_rate": lr,
+                      "epoch": round(step * effective / len(train), 4)}
+            if grad_norm is not None:
+                record["grad_norm"] = round(float(grad_norm), 6)
+            history.append(record)
+            bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}")
+            loss_sum.zero_()
+            loss_count = 0
+        if has_dev and ((args.eval_every and step % args.eval_every == 0) or step == args.max_steps):
+            do_eval()
+        if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
+            do_checkpoint()
+        write_state()
+        if on_step is not None:
+            on_step(step, history[-1] if history else {})
+    bar.close()
+
+    if not has_dev or not (output_dir / "config.json").exists():
+        save_model()  # no dev set: the last model; or nothing was saved yet (a finished run rerun)
+    write_state()
+    accelerator.wait_for_everyone()
+    wall = time.perf_counter() - t0
+    tokens = accelerator.reduce(torch.tensor(float(local_tokens), device=accelerator.device), "sum").item()
+    if last_loss is None:
+        last_loss = next((r["loss"] for r in reversed(history) if "loss" in r), None)
+    return {
+        "steps": step,
+        "resumed_from": resumed_from,
+        "train_loss": last_loss,
+        "best_dev_perplexity": best["dev_perplexity"],
+        "best_step": best["step"],
+        "effective_batch_size": effective,
+        "processes": world,
+        "wall_seconds": round(wall, 2),
+        "tokens_per_second": round(tokens / wall, 1) if wall > 0 and tokens else 0.0,
+    }
+
+
+def _prepare_checkpoints(root: Path, resume: bool, run_key: str | None) -> None:
+    """Delete checkpoints that must not be resumed; record the run key."""
+    key_file = root / RUN_KEY
+    if root.exists():
+        old = json.loads(key_file.read_text()).get("run_key") if key_file.exists() else None
+        if not resume or (run_key is not None and old != run_key):
+            why = "resume=False" if not resume else "they belong to another data set or configuration"
+            print(f"train: deleting checkpoints in {root} ({why})")
+            shutil.rmtree(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for partial in root.glob("step-*"):
+        if not (partial / CHECKPOINT_STATE).exists():
+            shutil.rmtree(partial)  # interrupted while being written
+    atomic_write_text(key_file, json.dumps({"run_key": run_key}) + "\n")
