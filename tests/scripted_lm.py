@@ -2,7 +2,8 @@
 scripted from the text it has generated so far.
 
 ``script(text) -> list`` returns the tokens (strings of the vocabulary or ids)
-in rank order, best first; every other token gets a much lower score. The
+in rank order, best first; every other token gets a much lower score. With
+``with_prompt=True`` the script is called as ``script(text, prompt)``. The
 double keeps each row's token history in its "cache", so it works with the
 key/value-cache loop of :mod:`toolformer.generate` exactly like a real model.
 """
@@ -16,10 +17,11 @@ from torch import nn
 
 
 class ScriptedLM(nn.Module):
-    def __init__(self, tokenizer, script, window: int = 1024):
+    def __init__(self, tokenizer, script, window: int = 1024, with_prompt: bool = False):
         super().__init__()
         self.tok = tokenizer
         self.script = script
+        self.with_prompt = with_prompt
         self.vocab = tokenizer.get_vocab()
         self.dummy = nn.Parameter(torch.zeros(1))  # gives the loop a device
         self.config = SimpleNamespace(max_position_embeddings=window)
@@ -43,10 +45,12 @@ class ScriptedLM(nn.Module):
                 past_key_values["hist"][b].extend(int(t) for t in input_ids[b])
         logits = torch.full((B, T, len(self.tok)), -1e4)  # (B, T, V)
         for b in range(B):
-            gen = past_key_values["hist"][b][past_key_values["prompt_len"][b]:]
-            text = self.tok.decode(gen, clean_up_tokenization_spaces=False)
+            hist, n = past_key_values["hist"][b], past_key_values["prompt_len"][b]
+            text = self.tok.decode(hist[n:], clean_up_tokenization_spaces=False)
             self.seen.append(text)
-            for rank, t in enumerate(self.script(text)):
+            ranked = self.script(text, self.tok.decode(hist[:n], skip_special_tokens=True)) if self.with_prompt \
+                else self.script(text)
+            for rank, t in enumerate(ranked):
                 logits[b, -1, self.token_id(t)] = 100.0 - rank
         return SimpleNamespace(logits=logits, past_key_values=past_key_values)
 

@@ -196,7 +196,13 @@ class _Decoder:
             text = self.style.end
         else:
             text = ("" if partial.endswith(" ") else " ") + result + self.style.end
-        row.forced = self.tok.encode(text, add_special_tokens=False)
+        # Tokenize the insertion in context, as the training text was tokenized as a whole
+        # (sentencepiece adds a prefix space to a lone piece; BPE may merge across the seam).
+        call_text = self.style.start + partial
+        before = self.tok.encode(call_text, add_special_tokens=False)
+        after = self.tok.encode(call_text + text, add_special_tokens=False)
+        same = after[: len(before)] == before and len(after) > len(before)
+        row.forced = after[len(before):] if same else self.tok.encode(text, add_special_tokens=False)
         row.call_at = None
 
 
