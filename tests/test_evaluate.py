@@ -70,7 +70,8 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
                 if task == "svamp":
                     assert p["prompt"].startswith("Question: ") and p["prompt"].endswith("\nAnswer:")
         assert row["arithmetic"] == row["tasks"]["svamp"]["accuracy"]
-        assert row["qa"] == pytest.approx((row["tasks"]["triviaqa"]["accuracy"] + row["tasks"]["lama"]["accuracy"]) / 2)
+        qa = (row["tasks"]["triviaqa"]["accuracy"] + row["tasks"]["lama"]["accuracy"]) / 2
+        assert row["qa"] == pytest.approx(qa)
 
     rows = res["rows"]
     assert rows["toolformer_disabled"]["call_rate"] == 0 and rows["base"]["call_rate"] == 0
@@ -96,7 +97,8 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
         "items": 7, "correct": sum(c["correct"] for c in rows["toolformer"]["tasks"].values()),
         "with_calls": sum(c["with_calls"] for c in rows["toolformer"]["tasks"].values())}
     printed = capsys.readouterr().out
-    assert printed.strip().splitlines()[-1].startswith("evaluate: 4 row(s) × 3 task(s), 7 items per row; correct: base")
+    last = printed.strip().splitlines()[-1]
+    assert last.startswith("evaluate: 4 row(s) × 3 task(s), 7 items per row; correct: base ")
 
     assert ev_stage.run_stage(cfg) is None  # complete: skipped
     assert "already complete" in capsys.readouterr().out
@@ -177,6 +179,7 @@ def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_
     assert rows["toolformer_disabled"]["call_rate"] == 0 and rows["base"]["arithmetic"] == pytest.approx(1 / 3)
     md = (run_dir / "run" / "eval" / "results.md").read_text()
     assert "| Toolformer | 100.0 (100 %) | 100.0 | – |" in md
-    pred = json.loads((run_dir / "run" / "eval" / "predictions" / "toolformer" / "sums.jsonl").read_text().splitlines()[0])
+    preds = run_dir / "run" / "eval" / "predictions" / "toolformer" / "sums.jsonl"
+    pred = json.loads(preds.read_text().splitlines()[0])
     assert pred["calls"] == [{"tool": "Calculator", "input": "1234+4321", "result": "5555", "error": None}]
     assert pred["output_without_calls"] == " 5555." and pred["prediction"] == 5555.0 and pred["gold"] == "5555"

@@ -137,6 +137,16 @@ def test_malformed_calls_are_recorded_not_fatal(tok, sandbox, call, code):
     assert g.text == call + "] ok"  # closed without a result: e(c, ε)
 
 
+def test_call_closed_without_arrow_is_recorded_not_executed(tok, sandbox):
+    def outside(text):
+        return ["["] if text == "" else [follow(tok, "[Calculator(2+3)] ok", text)]
+
+    (g,) = run(tok, call_script(tok, outside, "[Calculator(2+3)]"), sandbox)
+    assert g.text == "[Calculator(2+3)] ok"
+    assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": None,
+                        "error": {"code": "no_result_marker", "message": "call closed without →"}}]
+
+
 def test_bracket_that_is_no_call_is_text(tok, sandbox):
     def script(text):
         return [follow(tok, " [1] then [Calculator(2+3) →", text)] if "→" not in text else [" 7"]

@@ -26,7 +26,10 @@ tokens the model chooses; inserted result tokens come on top.
 
 A malformed call never stops decoding: an unparseable call, an unknown tool
 or a tool error is recorded in ``calls`` with its error and closed without a
-result (``[tool(input) →]``, the paper's e(c, ε)).
+result (``[tool(input) →]``, the paper's e(c, ε)); a call the model closes
+without ``→`` is recorded (error ``no_result_marker``) but not executed. In the
+plain style a ``[`` that turns out not to start ``Name(`` (e.g. ``[1]``) is
+ordinary text and does not count against ``max_calls``.
 """
 
 from __future__ import annotations
@@ -167,10 +170,11 @@ class _Decoder:
         if found and found[0].call.result is not None:
             self._execute(row, found[0].call.tool, found[0].call.input, partial)
         elif s.end in partial:
-            # e(c) without a result marker: a call the model closed itself.
-            if found:
+            if found:  # e(c) without a result marker: a call the model closed itself, not executed
                 row.calls.append({"tool": found[0].call.tool, "input": found[0].call.input, "result": None,
                                   "error": {"code": "no_result_marker", "message": "call closed without →"}})
+            else:  # `[1]`: ordinary text, refund the call
+                row.opened -= 1
             row.call_at = None
         elif not _CALL_PREFIX.match(partial.lstrip(" ")):
             # `[` followed by something that is no call (e.g. `[1]`): ordinary text, refund the call.

@@ -34,7 +34,15 @@ from toolformer.generate import generate_with_tools
 from toolformer.modeling import _check_local, bos_ids, load, model_window, set_threads
 from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, versions
 from toolformer.stages import start
-from toolformer.tasks import TaskData, TaskFormatError, default_max_words, extract_number, load_task, math_score, qa_score
+from toolformer.tasks import (
+    TaskData,
+    TaskFormatError,
+    default_max_words,
+    extract_number,
+    load_task,
+    math_score,
+    qa_score,
+)
 
 ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
 PPL_TOKENS = 16384  # token budget of one perplexity forward
@@ -71,10 +79,7 @@ def plan_rows(cfg: PipelineConfig) -> tuple[list[Row], dict[str, str]]:
                 raise FileNotFoundError(f"evaluate: row {row.name!r}: {msg}; or set evaluate.require_tuned=false")
             skipped[row.name] = msg
             continue
-        try:
-            _check_local(row.path, f"evaluate: row {row.name!r}: model")
-        except FileNotFoundError as e:
-            raise FileNotFoundError(str(e)) from None
+        _check_local(row.path, f"evaluate: row {row.name!r}: model")  # a hub id passes
         kept.append(row)
     return kept, skipped
 
@@ -306,10 +311,12 @@ def results_markdown(summary: dict) -> str:
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`" for n, p in summary["models"].items()]
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
     lines += ["", "Tasks:", ""]
-    lines += [f"- {t}: {v['n']} items, {v['kind']}, format {v['format']}, `{v['path']}`" for t, v in summary["tasks"].items()]
+    lines += [f"- {t}: {v['n']} items, {v['kind']}, format {v['format']}, `{v['path']}`"
+              for t, v in summary["tasks"].items()]
     d = summary["decoding"]
     lines += ["", f"Decoding: greedy, a call starts when the call-start token is in the top {d['top_k_trigger']}, "
-              f"at most {d['max_calls']} call(s) per item, {d['max_new_tokens']} new tokens; seed {summary['seed']}.", ""]
+              f"at most {d['max_calls']} call(s) per item, {d['max_new_tokens']} new tokens; "
+              f"seed {summary['seed']}.", ""]
     return "\n".join(lines)
 
 
