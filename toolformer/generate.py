@@ -296,20 +296,36 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
     return results  # type: ignore[return-value]
 
 
+def load_model_folder(cfg, path: str):
+    """(model, tokenizer) of a model folder with ``cfg.model``'s device and dtype.
+
+    A folder with its own tokenizer (a fine-tuned model) uses it; otherwise the
+    configured ``model.tokenizer`` (or ``model.path``) is used.
+    """
+    import dataclasses
+    from pathlib import Path
+
+    from toolformer.modeling import load
+
+    own = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+    tokenizer = "" if own else (cfg.model.tokenizer or cfg.model.path)
+    return load(dataclasses.replace(cfg.model, path=path, tokenizer=tokenizer), cfg.calls)
+
+
 def cli_generate(args) -> int:
     """``toolformer generate --model DIR PROMPT...``: print continuations with calls."""
     import dataclasses
 
     from toolformer.config import PipelineConfig
     from toolformer.configuration import load_config
-    from toolformer.modeling import load, set_threads
+    from toolformer.modeling import set_threads
     from toolformer.sandbox import Sandbox
     from toolformer.tools import build_tools
 
     cfg = load_config(PipelineConfig, args.config, args.overrides)
     set_threads(cfg.model.threads)
     style = get_style(cfg.calls.style)
-    model, tok = load(dataclasses.replace(cfg.model, path=args.model, tokenizer=""), cfg.calls)
+    model, tok = load_model_folder(cfg, args.model)
     tools = build_tools(cfg.tools)
     sandbox = Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency,
                       forbidden_markers=(style.start, style.end, *style.arrows))

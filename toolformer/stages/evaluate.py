@@ -18,7 +18,6 @@ tasks, and held-out perplexity; ``OUT/results.md`` is the table. ``OUT`` is
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import json
 import math
@@ -30,8 +29,8 @@ from tqdm.auto import tqdm
 
 from toolformer.calls import get_style
 from toolformer.config import PipelineConfig, TaskConfig
-from toolformer.generate import generate_with_tools
-from toolformer.modeling import _check_local, bos_ids, load, model_window, set_threads
+from toolformer.generate import generate_with_tools, load_model_folder
+from toolformer.modeling import _check_local, bos_ids, model_window, set_threads
 from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, versions
 from toolformer.stages import start
 from toolformer.tasks import (
@@ -199,10 +198,7 @@ def _build_sandbox(cfg: PipelineConfig):
 
 
 def _load_row_model(cfg: PipelineConfig, path: str):
-    # A model folder with its own tokenizer (a fine-tuned one) uses it; else the configured one.
-    own = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
-    tokenizer = "" if own else (cfg.model.tokenizer or cfg.model.path)
-    return load(dataclasses.replace(cfg.model, path=path, tokenizer=tokenizer), cfg.calls)
+    return load_model_folder(cfg, path)
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
