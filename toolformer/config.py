@@ -218,16 +218,102 @@ class FinetuneConfig:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
 
 
+EVAL_ROWS = ("base", "toolformer_disabled", "toolformer")
+
+
+def _safe_name(name: str) -> bool:
+    """Task and row names name files: letters, digits, `_`, `-`, `.`."""
+    import re
+
+    return re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None
+
+
+@dataclass
+class TaskConfig:
+    name: str = ""
+    """Column name of the task in results (e.g. asdiv, svamp, webqs)."""
+    path: str = ""
+    """Local task file (ASDiv.xml, SVAMP.json, a JSON list or a JSONL file)."""
+    format: str = "auto"
+    """auto (from the file), asdiv, svamp, mawps, webqs, triviaqa or lama; see toolformer/tasks.py."""
+    kind: str = "qa"
+    """math (first number of the output, 2 decimals) or qa (answer in the first words)."""
+    prompt: str = "{question}"
+    """Prompt template; `{question}` is replaced by the item's question."""
+    max_words: int = 0
+    """qa: words of the output searched for the answer; 0 = the paper's 20 (5 for lama)."""
+    decimals: int = 2
+    """math: decimals the prediction and the answer are compared at."""
+    max_items: int = 0
+    """Evaluate at most the first this many items; 0 = all."""
+
+    def validate(self) -> None:
+        from toolformer.tasks import FORMATS
+
+        if not self.name or not self.path:
+            raise ValueError("every task needs a name and a path")
+        if not _safe_name(self.name):
+            raise ValueError(f"name: {self.name!r} must be letters, digits, `_`, `-` or `.` (it names files)")
+        if self.kind not in ("math", "qa"):
+            raise ValueError(f"kind: {self.kind!r} is not math or qa")
+        if self.format != "auto" and self.format not in FORMATS:
+            raise ValueError(f"format: {self.format!r} is not auto or one of {sorted(FORMATS)}")
+        if "{question}" not in self.prompt:
+            raise ValueError("prompt: the template must contain {question}")
+
+
+@dataclass
+class ExtraModel:
+    name: str = ""
+    """Row name in the results (e.g. control)."""
+    path: str = ""
+    """Model folder or hub id."""
+    tools: bool = False
+    """Decode with tool calls (true) or with p(call-start) = 0 (false)."""
+
+
 @dataclass
 class EvaluateConfig:
     output_dir: str = ""
     """Folder for predictions and results; empty = RUN_DIR/eval."""
+    tasks: list[TaskConfig] = field(default_factory=list)
+    """Evaluation sets, one column each."""
+    rows: list[str] = field(default_factory=lambda: list(EVAL_ROWS))
+    """Built-in rows to run: base (model.path, tools off), toolformer_disabled, toolformer (the tuned model)."""
+    extra_models: list[ExtraModel] = field(default_factory=list)
+    """More rows, e.g. a model tuned on the corpus without calls."""
+    require_tuned: bool = True
+    """A missing tuned model is an error; false = skip its rows with a message."""
+    perplexity_path: str = ""
+    """JSONL with `text` (no calls) for held-out perplexity of every row but toolformer; empty = none."""
+    perplexity_max_docs: int = 0
+    """Score at most this many perplexity documents; 0 = all."""
     top_k_trigger: int = 10
     """A call starts whenever the call-start token is among the top k (the paper: 10)."""
     max_calls: int = 1
     """Calls per input (the paper: 1)."""
     max_new_tokens: int = 32
-    """Tokens generated per item."""
+    """Tokens generated per item (inserted results not counted)."""
+    batch_size: int = 16
+    """Items decoded together (also sequences per perplexity forward)."""
+
+    def validate(self) -> None:
+        for r in self.rows:
+            if r not in EVAL_ROWS:
+                raise ValueError(f"rows: unknown row {r!r} (known: {', '.join(EVAL_ROWS)})")
+        names = [t.name for t in self.tasks]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"tasks: duplicate task name(s) {dup}")
+        rows = list(self.rows)
+        for m in self.extra_models:
+            if not m.name or not m.path:
+                raise ValueError("extra_models: every model needs a name and a path")
+            if not _safe_name(m.name):
+                raise ValueError(f"extra_models: name {m.name!r} must be letters, digits, `_`, `-` or `.`")
+            if m.name in rows or m.name in EVAL_ROWS:
+                raise ValueError(f"extra_models: row name {m.name!r} is already used")
+            rows.append(m.name)
 
 
 @dataclass

@@ -1,0 +1,216 @@
+import json
+
+import pytest
+import torch
+from scripted_lm import ScriptedLM, follow
+
+from toolformer.calls import get_style
+from toolformer.generate import generate_with_tools, marker_token_ids
+from toolformer.sandbox import Sandbox
+from toolformer.tools import build_tool
+
+STYLE = get_style("plain")
+CALL = "[Calculator(2+3) →"
+FILLERS = [" 1", " 2", " 3", " 4", " 6", " 8", " 9", " a", " b", " c"]
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    from toolformer.modeling import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir)
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    tools = {n: build_tool(n) for n in ("Calculator", "Calendar")}
+    return Sandbox(tools, timeout_s=5.0, forbidden_markers=("[", "]", "→"))
+
+
+def call_script(tok, outside, call=CALL):
+    """Inside an open call write ``call``, then (if nothing was inserted) a
+    wrong result ` 7` and `]`; outside a call defer to ``outside(text)``."""
+
+    def script(text):
+        i = text.rfind("[")
+        if i != -1 and "]" not in text[i:]:
+            seg = text[i:]
+            if call.startswith(seg) and seg != call:
+                return [follow(tok, call, seg)]
+            return [" 7"] if seg.endswith("→") else ["]"]
+        return outside(text)
+
+    return script
+
+
+def run(tok, script, sandbox, prompts=("Q: 2 + 3 = ?",), **kw):
+    return generate_with_tools(ScriptedLM(tok, script), tok, list(prompts), sandbox, STYLE, **kw)
+
+
+def test_call_start_tokens_include_space_variant(tok):
+    ids = marker_token_ids(tok, "[")
+    assert {tok.decode([i]) for i in ids} == {"[", " ["}
+
+
+def test_result_is_inserted_and_decoding_continues(tok, sandbox):
+    def outside(text):
+        if text == "":
+            return ["["]
+        return [follow(tok, text[: text.index("]") + 1] + " done.", text)]
+
+    (g,) = run(tok, call_script(tok, outside), sandbox)
+    assert g.text == "[Calculator(2+3) → 5] done."  # not the model's own " 7"
+    assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": "5", "error": None}]
+    assert g.text_without_calls == "done."
+
+
+def _ranked(tok, rank: int):
+    """Outside-call script: at the first step ` [` has rank ``rank`` (1-based)."""
+    others = [" 5"] + FILLERS
+    first = others[: rank - 1] + [" ["] + others[rank - 1 :]
+
+    def outside(text):
+        if text == "":
+            return first
+        if "]" in text:
+            return [follow(tok, text[: text.index("]") + 1] + " done", text)]
+        return [follow(tok, " 5 done", text)]
+
+    return outside
+
+
+@pytest.mark.parametrize("rank, expect_call", [(1, True), (3, True), (10, True), (11, False)])
+def test_top_k_trigger(tok, sandbox, rank, expect_call):
+    (g,) = run(tok, call_script(tok, _ranked(tok, rank)), sandbox, top_k_trigger=10)
+    if expect_call:
+        assert g.text == " [Calculator(2+3) → 5] done"
+        assert [c["result"] for c in g.calls] == ["5"]
+    else:
+        assert g.text == " 5 done" and g.calls == []
+
+
+def test_top_k_one_is_plain_greedy(tok, sandbox):
+    (g,) = run(tok, call_script(tok, _ranked(tok, 2)), sandbox, top_k_trigger=1)
+    assert g.text == " 5 done" and g.calls == []
+
+
+def test_disabled_never_calls(tok, sandbox):
+    (g,) = run(tok, call_script(tok, _ranked(tok, 1)), sandbox, disabled=True)
+    assert g.text == " 5 done" and g.calls == []  # ` [` was the argmax, yet p = 0
+
+
+def _greedy_caller(tok):
+    def outside(text):
+        if text == "" or text.endswith("]"):
+            return [" [", " 9"]  # always wants (another) call
+        return [tok.eos_token_id]
+
+    return call_script(tok, outside)
+
+
+@pytest.mark.parametrize("max_calls", [1, 2])
+def test_call_limit(tok, sandbox, max_calls):
+    (g,) = run(tok, _greedy_caller(tok), sandbox, max_calls=max_calls)
+    assert len(g.calls) == max_calls
+    assert g.text == " [Calculator(2+3) → 5]" * max_calls + " 9"
+
+
+def test_budget_counts_model_tokens_and_finishes_insertion(tok, sandbox):
+    (g,) = run(tok, _greedy_caller(tok), sandbox, max_new_tokens=9)
+    # ` [`, Calculator, (, 2, +, 3, ), ` `, → are 9 chosen tokens; the result still lands.
+    assert g.text == " [Calculator(2+3) → 5]" and len(g.calls) == 1
+
+
+@pytest.mark.parametrize("call, code", [
+    ("[Calculator(2/0) →", "division_by_zero"),
+    ("[Nope(1) →", "unknown_tool"),
+    ("[Calculator(2 →", "unparseable"),  # arrow before the input closed
+])
+def test_malformed_calls_are_recorded_not_fatal(tok, sandbox, call, code):
+    def outside(text):
+        if text == "":
+            return ["["]
+        return [follow(tok, text[: text.index("]") + 1] + " ok", text)]
+
+    (g,) = run(tok, call_script(tok, outside, call), sandbox, tools={"Calculator", "Calendar"})
+    assert g.calls[0]["error"]["code"] == code and g.calls[0]["result"] is None
+    assert g.text == call + "] ok"  # closed without a result: e(c, ε)
+
+
+def test_call_closed_without_arrow_is_recorded_not_executed(tok, sandbox):
+    def outside(text):
+        return ["["] if text == "" else [follow(tok, "[Calculator(2+3)] ok", text)]
+
+    (g,) = run(tok, call_script(tok, outside, "[Calculator(2+3)]"), sandbox)
+    assert g.text == "[Calculator(2+3)] ok"
+    assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": None,
+                        "error": {"code": "no_result_marker", "message": "call closed without →"}}]
+
+
+def test_bracket_that_is_no_call_is_text(tok, sandbox):
+    def script(text):
+        return [follow(tok, " [1] then [Calculator(2+3) →", text)] if "→" not in text else [" 7"]
+
+    (g,) = run(tok, script, sandbox, max_new_tokens=14)
+    # `[1]` is not a call, so the single allowed call is still available.
+    assert g.text.startswith(" [1] then [Calculator(2+3) → 5]")
+    assert [c["input"] for c in g.calls] == ["2+3"]
+
+
+def test_calendar_gets_the_prompt_date(tok, sandbox):
+    def outside(text):
+        return ["["] if text == "" else [tok.eos_token_id]
+
+    prompts = ["a", "bb"]
+    gens = run(tok, call_script(tok, outside, "[Calendar() →"), sandbox, prompts=prompts,
+               dates=["2023-01-30", "2024-02-29"])
+    assert gens[0].calls[0]["result"] == "Today is Monday, January 30, 2023."
+    assert gens[1].text == "[Calendar() → Today is Thursday, February 29, 2024.]"
+
+
+def _reference_greedy(model, tok, prompt, n, forbid):
+    """Greedy decoding without cache, padding or batching."""
+    ids = [tok.bos_token_id] + tok.encode(prompt, add_special_tokens=False)
+    out = []
+    for _ in range(n):
+        with torch.no_grad():
+            logits = model(torch.tensor([ids + out])).logits[0, -1]  # (V,)
+        logits[forbid] = float("-inf")
+        nxt = int(logits.argmax())
+        if nxt == tok.eos_token_id:
+            break
+        out.append(nxt)
+    return tok.decode(out, clean_up_tokenization_spaces=False)
+
+
+def test_batched_left_padded_decoding_matches_reference(tiny_model_dir, tok):
+    from toolformer.modeling import load_model
+
+    model = load_model(tiny_model_dir, torch.device("cpu"), torch.float32, tok)
+    prompts = ["The bridge", "A much longer prompt about the town of Aldermoor and its river", "7 + 8 ="]
+    gens = generate_with_tools(model, tok, prompts, None, STYLE, disabled=True, max_new_tokens=8, batch_size=3)
+    forbid = marker_token_ids(tok, "[")
+    for p, g in zip(prompts, gens):
+        assert g.text == _reference_greedy(model, tok, p, 8, forbid), p
+        assert "[" not in g.text
+
+
+def test_real_model_with_every_token_triggering(tiny_model_dir, tok, sandbox):
+    from toolformer.modeling import load_model
+
+    model = load_model(tiny_model_dir, torch.device("cpu"), torch.float32, tok)
+    gens = generate_with_tools(model, tok, ["x", "y z", "1 2 3"], sandbox, STYLE, top_k_trigger=len(tok),
+                               max_new_tokens=12, batch_size=2)
+    for g in gens:
+        assert g.text.lstrip(" ").startswith("[")  # a call-start token came first
+        assert len(g.calls) <= 1
+
+
+def test_cli_generate_json(tiny_model_dir, capsys):
+    from toolformer.cli import main
+
+    assert main(["generate", "--model", tiny_model_dir, "--json", "--max-new-tokens", "3", "--disabled",
+                 "one", "two"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["prompt"] for x in lines] == ["one", "two"]
+    assert all(x["calls"] == [] and isinstance(x["text"], str) for x in lines)

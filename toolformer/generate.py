@@ -1,0 +1,343 @@
+"""Generation with tool calls: the paper's inference loop.
+
+Decoding is greedy (or sampled), one token per step for every prompt of a
+batch, with the key/value cache. The paper's rules (section 4.1):
+
+* a call starts whenever the call-start token is among the ``top_k_trigger``
+  most likely tokens at a step (k = 10), even if it is not the most likely;
+* when the model writes the result marker ``→`` inside an open call, decoding
+  of that prompt pauses: the call is parsed, executed in the
+  :class:`~toolformer.sandbox.Sandbox`, and ``" " + result + call-end`` is
+  inserted, then decoding continues after it;
+* at most ``max_calls`` calls per input (1); after that, and always in
+  "Toolformer (disabled)" mode, p(call-start) is set to 0.
+
+Which tokens are call-start tokens: every vocabulary token whose decoded text,
+stripped of leading spaces, equals the style's call-start marker. With a BPE
+vocabulary in the plain style that is both ``[`` and `` [`` (a space belongs
+to the piece after it). The result marker is recognised on the decoded text
+of the open call, so ``→``, `` →``, ``->`` and arrows that a byte-level
+vocabulary splits over several tokens all count.
+
+Inserted tokens are fed one per step through the same batched loop (a queue
+of forced tokens per prompt), so every row of the batch stays in step and one
+left-padded cache serves the whole batch. ``max_new_tokens`` counts the
+tokens the model chooses; inserted result tokens come on top.
+
+A malformed call never stops decoding: an unparseable call, an unknown tool
+or a tool error is recorded in ``calls`` with its error and closed without a
+result (``[tool(input) →]``, the paper's e(c, ε)); a call the model closes
+without ``→`` is recorded (error ``no_result_marker``) but not executed. In the
+plain style a ``[`` that turns out not to start ``Name(`` (e.g. ``[1]``) is
+ordinary text and does not count against ``max_calls``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import sys
+import weakref
+from dataclasses import dataclass, field
+
+import torch
+
+from toolformer.calls import CallStyle, get_style, parse_calls, strip_calls
+from toolformer.modeling import bos_ids, model_window
+
+# A prefix that can still become `Name(...`; anything else after `[` is text.
+_CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\(.*)?\Z|\Z", re.S)
+# Tokens reserved per allowed call for its inserted result when the prompt is cut to the window.
+RESULT_TOKENS = 64
+
+_MARKER_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@dataclass
+class Generation:
+    prompt: str
+    """The prompt as given (without BOS)."""
+    text: str
+    """The generated continuation, calls and inserted results included."""
+    calls: list[dict] = field(default_factory=list)
+    """Calls made: {"tool", "input", "result", "error"} in order."""
+    text_without_calls: str = ""
+    """``text`` with every call (and the separator after it) removed."""
+
+
+def marker_token_ids(tokenizer, marker: str) -> list[int]:
+    """Ids of every token whose decoded text, without leading spaces, is ``marker``."""
+    try:
+        cache = _MARKER_CACHE.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced
+        cache = {}
+    key = (marker, len(tokenizer))
+    if key not in cache:
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
+        cache[key] = [i for i, t in enumerate(texts) if t.lstrip(" ") == marker]
+    if not cache[key]:
+        raise ValueError(
+            f"call-start marker {marker!r} is not a single token of this tokenizer; "
+            "use calls.style=special to add it as one"
+        )
+    return cache[key]
+
+
+@dataclass
+class _Row:
+    """Decoding state of one prompt."""
+
+    date: str | None
+    new_ids: list[int] = field(default_factory=list)  # generated + inserted tokens
+    forced: list[int] = field(default_factory=list)  # tokens still to insert, fed one per step
+    chosen: int = 0  # tokens the model chose (counts against max_new_tokens)
+    opened: int = 0  # calls opened so far
+    call_at: int | None = None  # index in new_ids of the open call's start token
+    calls: list[dict] = field(default_factory=list)
+    done: bool = False
+
+
+class _Decoder:
+    """The per-step logic of the loop, apart from the model forward."""
+
+    def __init__(self, tokenizer, style: CallStyle, sandbox, *, max_new_tokens: int, top_k_trigger: int,
+                 max_calls: int, disabled: bool, tools: set[str] | None):
+        self.tok = tokenizer
+        self.style = style
+        self.sandbox = sandbox
+        self.max_new_tokens = max_new_tokens
+        self.top_k = top_k_trigger
+        self.max_calls = max_calls
+        self.disabled = disabled or max_calls <= 0
+        self.tools = tools
+        self.start_ids = marker_token_ids(tokenizer, style.start)
+        self.eos_id = tokenizer.eos_token_id
+
+    def may_call(self, row: _Row) -> bool:
+        return not self.disabled and row.opened < self.max_calls and row.call_at is None
+
+    def choose(self, logits: torch.Tensor, rows: list[_Row], do_sample: bool, temperature: float) -> list[int]:
+        """Pick the next token of every row from ``logits`` (B, V)."""
+        logits = logits.float().clone()  # (B, V)
+        start = torch.tensor(self.start_ids, device=logits.device)
+        forbid = torch.tensor([not self.may_call(r) for r in rows], device=logits.device)  # (B,)
+        if forbid.any():
+            logits[forbid.nonzero().squeeze(1)[:, None], start[None, :]] = float("-inf")
+        if do_sample:
+            probs = torch.softmax(logits / max(temperature, 1e-6), dim=-1)  # (B, V)
+            picked = torch.multinomial(probs, 1).squeeze(1)  # (B,)
+        else:
+            picked = logits.argmax(dim=-1)  # (B,)
+        picked = picked.tolist()
+        if not self.disabled and self.top_k > 0:
+            top = logits.topk(min(self.top_k, logits.shape[-1]), dim=-1).indices.tolist()  # (B, k)
+            starts = set(self.start_ids)
+            for b, row in enumerate(rows):
+                if self.may_call(row):
+                    # The best-ranked call-start token in the top k, if any, starts a call.
+                    hit = next((t for t in top[b] if t in starts), None)
+                    if hit is not None:
+                        picked[b] = hit
+        return picked
+
+    def step(self, row: _Row, token: int) -> None:
+        """Append the chosen ``token`` (or the next inserted one) to ``row``."""
+        if row.forced:
+            row.new_ids.append(row.forced.pop(0))
+            return
+        if token == self.eos_id:
+            row.done = True
+            return
+        row.new_ids.append(token)
+        row.chosen += 1
+        if row.call_at is None and token in self.start_ids and self.may_call(row):
+            row.call_at = len(row.new_ids) - 1
+            row.opened += 1
+        elif row.call_at is not None:
+            self._advance_call(row)
+        if row.chosen >= self.max_new_tokens:
+            row.new_ids.extend(row.forced)  # finish an insertion already decided
+            row.forced = []
+            row.done = True
+
+    def _advance_call(self, row: _Row) -> None:
+        """Decide what the open call's text so far means."""
+        s = self.style
+        text = self.tok.decode(row.new_ids[row.call_at:], clean_up_tokenization_spaces=False).lstrip(" ")
+        partial = text[len(s.start):]
+        found = [pc for pc in parse_calls(text, s, None) if pc.start == 0]
+        if found and found[0].call.result is not None:
+            self._execute(row, found[0].call.tool, found[0].call.input, partial)
+        elif s.end in partial:
+            if found:  # e(c) without a result marker: a call the model closed itself, not executed
+                row.calls.append({"tool": found[0].call.tool, "input": found[0].call.input, "result": None,
+                                  "error": {"code": "no_result_marker", "message": "call closed without →"}})
+            else:  # `[1]`: ordinary text, refund the call
+                row.opened -= 1
+            row.call_at = None
+        elif not _CALL_PREFIX.match(partial.lstrip(" ")):
+            # `[` followed by something that is no call (e.g. `[1]`): ordinary text, refund the call.
+            row.call_at = None
+            row.opened -= 1
+        elif any(a in partial for a in s.arrows):
+            row.calls.append({"tool": None, "input": partial, "result": None,
+                              "error": {"code": "unparseable", "message": f"cannot parse call {text!r}"}})
+            self._insert(row, partial, None)
+
+    def _execute(self, row: _Row, tool: str, tool_input: str, partial: str) -> None:
+        if self.tools is not None and tool not in self.tools:
+            result, error = None, {"code": "unknown_tool", "message": f"no tool named {tool!r}"}
+        else:
+            out = self.sandbox.run(tool, tool_input, row.date)
+            result, error = out.result, out.error
+        row.calls.append({"tool": tool, "input": tool_input, "result": result, "error": error})
+        self._insert(row, partial, result)
+
+    def _insert(self, row: _Row, partial: str, result: str | None) -> None:
+        """Queue " result" + call-end (or just call-end) and close the call."""
+        if result is None:
+            text = self.style.end
+        else:
+            text = ("" if partial.endswith(" ") else " ") + result + self.style.end
+        # Tokenize the insertion in context, as the training text was tokenized as a whole
+        # (sentencepiece adds a prefix space to a lone piece; BPE may merge across the seam).
+        call_text = self.style.start + partial
+        before = self.tok.encode(call_text, add_special_tokens=False)
+        after = self.tok.encode(call_text + text, add_special_tokens=False)
+        same = after[: len(before)] == before and len(after) > len(before)
+        row.forced = after[len(before):] if same else self.tok.encode(text, add_special_tokens=False)
+        row.call_at = None
+
+
+def _cache_arg(model) -> str:
+    """transformers >= 5.2x calls the key/value cache `cache`; older models `past_key_values`."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _forward(model, ids, mask, positions, past, cache_arg: str):
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_arg: past})
+    past = out.get("cache") if hasattr(out, "get") and "cache" in out else out.past_key_values
+    return out.logits[:, -1, :], past  # (B, V)
+
+
+@torch.no_grad()
+def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, do_sample, temperature,
+                    window: int) -> list[Generation]:
+    device = next(model.parameters()).device
+    keep = max(1, window - dec.max_new_tokens - RESULT_TOKENS * max(0, dec.max_calls))
+    bos = bos_ids(tokenizer)
+    # Cut long prompts from the left, keeping BOS first (sequences start with it in training).
+    seqs = [bos + tokenizer.encode(p, add_special_tokens=False)[-max(1, keep - len(bos)):] for p in prompts]
+    width = max(len(s) for s in seqs)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=device)  # (B, T) left padded
+    mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=device)  # (B, T)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): 0 at each prompt's first real token
+    rows = [_Row(date=d) for d in dates]
+    cache_arg = _cache_arg(model)
+    logits, past = _forward(model, ids, mask, positions, None, cache_arg)
+    last_pos = positions[:, -1]  # (B,)
+    while True:
+        picked = dec.choose(logits, rows, do_sample, temperature)
+        feed = []
+        for b, row in enumerate(rows):
+            if not row.done:
+                dec.step(row, picked[b])
+                if int(last_pos[b]) + 1 >= window:  # no position left to feed the token at
+                    row.new_ids.extend(row.forced)
+                    row.forced, row.done = [], True
+            feed.append(pad if row.done else row.new_ids[-1])
+        if all(r.done for r in rows):
+            break
+        alive = torch.tensor([not r.done for r in rows], device=device)  # (B,)
+        last_pos = last_pos + alive.long()  # finished rows keep their position
+        ids = torch.tensor(feed, device=device)[:, None]  # (B, 1)
+        mask = torch.cat([mask, torch.ones_like(ids)], dim=1)  # (B, T + 1)
+        logits, past = _forward(model, ids, mask, last_pos[:, None], past, cache_arg)
+    out = []
+    for prompt, row in zip(prompts, rows):
+        text = tokenizer.decode(row.new_ids, clean_up_tokenization_spaces=False)
+        bare = strip_calls(text, dec.style, None, separator=" ")
+        out.append(Generation(prompt, text, row.calls, bare))
+    return out
+
+
+def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: CallStyle, *,
+                        max_new_tokens: int = 32, top_k_trigger: int = 10, max_calls: int = 1,
+                        disabled: bool = False, do_sample: bool = False, temperature: float = 1.0,
+                        dates: list[str | None] | None = None, tools: set[str] | None = None,
+                        batch_size: int = 16, window: int = 0) -> list[Generation]:
+    """Continue every prompt, calling tools the paper's way (see the module doc).
+
+    ``sandbox`` runs the calls (may be None when ``disabled``); ``dates`` gives
+    each prompt's date for the Calendar tool; ``tools`` limits the tool names
+    that may be called (None: any the sandbox knows); prompts are decoded in
+    batches of ``batch_size``, similar lengths together; ``window`` is the
+    model's context in tokens (0: from the model config). Returns one
+    :class:`Generation` per prompt, in order.
+    """
+    if sandbox is None and not disabled and max_calls > 0:
+        raise ValueError("generate_with_tools: tools are enabled but no sandbox was given")
+    if dates is not None and len(dates) != len(prompts):
+        raise ValueError(f"generate_with_tools: {len(dates)} dates for {len(prompts)} prompts")
+    dec = _Decoder(tokenizer, style, sandbox, max_new_tokens=max_new_tokens, top_k_trigger=top_k_trigger,
+                   max_calls=max_calls, disabled=disabled, tools=tools)
+    window = window or model_window(model)
+    dates = dates or [None] * len(prompts)
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    results: list[Generation | None] = [None] * len(prompts)
+    for s in range(0, len(order), max(1, batch_size)):
+        idx = order[s : s + max(1, batch_size)]
+        gens = _generate_batch(model, tokenizer, [prompts[i] for i in idx], dec, [dates[i] for i in idx],
+                               do_sample, temperature, window)
+        for i, g in zip(idx, gens):
+            results[i] = g
+    return results  # type: ignore[return-value]
+
+
+def load_model_folder(cfg, path: str):
+    """(model, tokenizer) of a model folder with ``cfg.model``'s device and dtype.
+
+    A folder with its own tokenizer (a fine-tuned model) uses it; otherwise the
+    configured ``model.tokenizer`` (or ``model.path``) is used.
+    """
+    import dataclasses
+    from pathlib import Path
+
+    from toolformer.modeling import load
+
+    own = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
+    tokenizer = "" if own else (cfg.model.tokenizer or cfg.model.path)
+    return load(dataclasses.replace(cfg.model, path=path, tokenizer=tokenizer), cfg.calls)
+
+
+def cli_generate(args) -> int:
+    """``toolformer generate --model DIR PROMPT...``: print continuations with calls."""
+    import dataclasses
+
+    from toolformer.config import PipelineConfig
+    from toolformer.configuration import load_config
+    from toolformer.modeling import set_threads
+    from toolformer.sandbox import Sandbox
+    from toolformer.tools import build_tools
+
+    cfg = load_config(PipelineConfig, args.config, args.overrides)
+    set_threads(cfg.model.threads)
+    style = get_style(cfg.calls.style)
+    model, tok = load_model_folder(cfg, args.model)
+    tools = build_tools(cfg.tools)
+    sandbox = Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency,
+                      forbidden_markers=(style.start, style.end, *style.arrows))
+    gens = generate_with_tools(model, tok, args.prompts, sandbox, style, max_new_tokens=args.max_new_tokens,
+                               top_k_trigger=args.top_k_trigger, max_calls=args.max_calls,
+                               disabled=args.disabled, do_sample=args.sample, tools=set(tools))
+    for g in gens:
+        if args.json:
+            print(json.dumps(dataclasses.asdict(g), ensure_ascii=False))
+        else:
+            print(g.prompt + g.text)
+            for c in g.calls:
+                what = c["result"] if c["error"] is None else f"error ({c['error']['code']}): {c['error']['message']}"
+                print(f"  call {c['tool']}({c['input']}) → {what}", file=sys.stderr)
+    return 0

@@ -1,0 +1,333 @@
+"""Stage ``evaluate``: the paper's comparison of models and decoding modes.
+
+Rows (models or modes) by columns (evaluation sets):
+
+* ``base``: ``model.path``, tools disabled (it never learned calls);
+* ``toolformer_disabled``: the tuned model (``finetune.output_dir`` or
+  ``RUN_DIR/model``) with p(call-start) = 0;
+* ``toolformer``: the tuned model, calling tools by the top-k rule;
+* every ``evaluate.extra_models`` entry (e.g. a control tuned without calls).
+
+Each (row, task) writes its per-item predictions to
+``OUT/predictions/<row>/<task>.jsonl``; ``OUT/results.json`` holds accuracy
+and call rate per cell (fractions in [0, 1]), the mean over math and QA
+tasks, and held-out perplexity; ``OUT/results.md`` is the table. ``OUT`` is
+``evaluate.output_dir`` or ``RUN_DIR/eval``; the manifest goes to
+``RUN_DIR/evaluate``.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from toolformer.calls import get_style
+from toolformer.config import PipelineConfig, TaskConfig
+from toolformer.generate import generate_with_tools, load_model_folder
+from toolformer.modeling import _check_local, bos_ids, model_window, set_threads
+from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, versions
+from toolformer.stages import start
+from toolformer.tasks import (
+    TaskData,
+    TaskFormatError,
+    default_max_words,
+    extract_number,
+    load_task,
+    math_score,
+    qa_score,
+)
+
+ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
+PPL_TOKENS = 16384  # token budget of one perplexity forward
+
+
+@dataclass
+class Row:
+    name: str
+    path: str
+    tools: bool
+    tuned: bool = False
+
+
+def tuned_model_path(cfg: PipelineConfig) -> str:
+    return cfg.finetune.output_dir or str(Path(cfg.run_dir) / "model")
+
+
+def plan_rows(cfg: PipelineConfig) -> tuple[list[Row], dict[str, str]]:
+    """The rows to run and the rows skipped (name -> reason). A missing model
+    folder is an error, except the tuned rows when ``require_tuned`` is false."""
+    ev = cfg.evaluate
+    tuned = tuned_model_path(cfg)
+    builtin = {"base": Row("base", cfg.model.path, False),
+               "toolformer_disabled": Row("toolformer_disabled", tuned, False, True),
+               "toolformer": Row("toolformer", tuned, True, True)}
+    rows = [builtin[r] for r in ev.rows] + [Row(m.name, m.path, m.tools) for m in ev.extra_models]
+    kept, skipped = [], {}
+    for row in rows:
+        if not row.path:
+            raise ValueError(f"evaluate: row {row.name!r}: no model path configured (model.path)")
+        if row.tuned and not Path(row.path).is_dir():
+            msg = f"tuned model folder {row.path} does not exist (run the finetune stage first)"
+            if ev.require_tuned:
+                raise FileNotFoundError(f"evaluate: row {row.name!r}: {msg}; or set evaluate.require_tuned=false")
+            skipped[row.name] = msg
+            continue
+        _check_local(row.path, f"evaluate: row {row.name!r}: model")  # a hub id passes
+        kept.append(row)
+    return kept, skipped
+
+
+def load_tasks(cfg: PipelineConfig) -> list[tuple[TaskConfig, str, TaskData]]:
+    out = []
+    for tc in cfg.evaluate.tasks:
+        fmt, data = load_task(tc.path, tc.format, tc.max_items)
+        if tc.kind == "math":
+            for item in data.items:
+                if extract_number(item.answers[0]) is None:
+                    raise TaskFormatError(f"{tc.path}: item {item.id}: math answer {item.answers[0]!r} has no number")
+        out.append((tc, fmt, data))
+    return out
+
+
+def read_texts(path: str, max_docs: int = 0) -> list[str]:
+    """The ``text`` of every JSONL line of the held-out perplexity set."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"{p}: perplexity file not found (evaluate.perplexity_path)")
+    texts = []
+    with p.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{p}: line {n}: invalid JSON: {e.msg}") from None
+            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
+                raise ValueError(f"{p}: line {n}: expected an object with a string `text`")
+            texts.append(rec["text"])
+            if max_docs and len(texts) >= max_docs:
+                break
+    if not texts:
+        raise ValueError(f"{p}: no texts")
+    return texts
+
+
+@torch.no_grad()
+def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexity") -> tuple[float, int]:
+    """exp(mean NLL per token) over ``texts``, each BOS + tokens cut into
+    non-overlapping windows; returns (perplexity, tokens scored)."""
+    device = next(model.parameters()).device
+    chunks = []
+    for t in texts:
+        ids = bos_ids(tok) + tok.encode(t, add_special_tokens=False)
+        chunks += [ids[s : s + window] for s in range(0, len(ids), window) if len(ids[s : s + window]) > 1]
+    chunks.sort(key=len)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    nll, count, i = 0.0, 0, 0
+    bar = tqdm(total=len(chunks), desc=desc, unit="seq", leave=False)
+    while i < len(chunks):
+        j = i + 1  # chunks are sorted by length: grow the batch while it fits the token budget
+        while j < len(chunks) and (j + 1 - i) * len(chunks[j]) <= PPL_TOKENS:
+            j += 1
+        group = chunks[i:j]
+        width = max(len(c) for c in group)
+        ids = torch.tensor([c + [pad] * (width - len(c)) for c in group], device=device)  # (B, T)
+        mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in group], device=device)  # (B, T)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()  # (B, T-1, V)
+        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+        nll -= float((logp * mask[:, 1:]).sum())
+        count += int(mask[:, 1:].sum())
+        i += len(group)
+        bar.update(len(group))
+    bar.close()
+    return math.exp(nll / count), count
+
+
+def evaluate_task(model, tok, row: Row, tc: TaskConfig, fmt: str, data: TaskData, sandbox, cfg) -> list[dict]:
+    """Generate for every item of a task (batched, similar lengths together) and score it."""
+    ev, style = cfg.evaluate, get_style(cfg.calls.style)
+    items = data.items
+    prompts = [tc.prompt.replace("{question}", it.question) for it in items]
+    order = sorted(range(len(items)), key=lambda i: len(prompts[i]))
+    gens = [None] * len(items)
+    max_words = tc.max_words or default_max_words(fmt)
+    bar = tqdm(total=len(items), desc=f"evaluate {row.name} {tc.name}", unit="item")
+    for s in range(0, len(order), ev.batch_size):
+        idx = order[s : s + ev.batch_size]
+        out = generate_with_tools(
+            model, tok, [prompts[i] for i in idx], sandbox, style, max_new_tokens=ev.max_new_tokens,
+            top_k_trigger=ev.top_k_trigger, max_calls=ev.max_calls, disabled=not row.tools,
+            dates=[items[i].date for i in idx], tools=set(sandbox.tools) if sandbox else None,
+            batch_size=ev.batch_size, window=model_window(model, cfg.model),
+        )
+        for i, g in zip(idx, out):
+            gens[i] = g
+        bar.update(len(idx))
+    bar.close()
+    records = []
+    for it, prompt, g in zip(items, prompts, gens):
+        if tc.kind == "math":
+            pred, correct = math_score(g.text_without_calls, it.answers[0], tc.decimals)
+            gold = it.answers[0]
+        else:
+            pred, correct = qa_score(g.text_without_calls, it.answers, max_words)
+            gold = it.answers
+        records.append({"id": it.id, "prompt": prompt, "output": g.text, "output_without_calls": g.text_without_calls,
+                        "calls": g.calls, "prediction": pred, "gold": gold, "correct": correct})
+    return records
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _build_sandbox(cfg: PipelineConfig):
+    from toolformer.sandbox import Sandbox
+    from toolformer.tools import build_tools
+
+    style = get_style(cfg.calls.style)
+    return Sandbox(build_tools(cfg.tools), cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency,
+                   cache=True, forbidden_markers=(style.start, style.end, *style.arrows))
+
+
+def _load_row_model(cfg: PipelineConfig, path: str):
+    return load_model_folder(cfg, path)
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
+    ev = cfg.evaluate
+    if not ev.tasks and not ev.perplexity_path:
+        raise ValueError("evaluate.tasks: no evaluation sets configured (and no evaluate.perplexity_path)")
+    rows, skipped = plan_rows(cfg)  # fail on a missing model before any work
+    tasks = load_tasks(cfg)
+    texts = read_texts(ev.perplexity_path, ev.perplexity_max_docs) if ev.perplexity_path else None
+    run = start(cfg, "evaluate", force)
+    if run.skipped:
+        return None
+    out_dir = Path(ev.output_dir or Path(cfg.run_dir) / "eval")
+    for name, why in skipped.items():
+        print(f"evaluate: row {name!r} skipped: {why}")
+    for tc, _, data in tasks:
+        if data.skipped:
+            print(f"evaluate: task {tc.name!r}: {len(data.skipped)} item(s) left out, e.g. {data.skipped[0]}")
+    set_threads(cfg.model.threads)
+    sandbox = _build_sandbox(cfg) if any(r.tools for r in rows) else None
+
+    results: dict[str, dict] = {}
+    ppl_by_path: dict[str, tuple[float, int]] = {}
+    kinds = {tc.name: tc.kind for tc, _, _ in tasks}
+    path = model = tok = None
+    for row in rows:
+        if row.path != path:
+            model = tok = None  # free the previous model before loading the next
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            model, tok = _load_row_model(cfg, row.path)
+            path = row.path
+        cells, n_items, n_calls = {}, 0, 0
+        for tc, fmt, data in tasks:
+            records = evaluate_task(model, tok, row, tc, fmt, data, sandbox, cfg)
+            atomic_write_text(out_dir / "predictions" / row.name / f"{tc.name}.jsonl",
+                              "".join(dumps(r) + "\n" for r in records))
+            n = len(records)
+            correct = sum(r["correct"] for r in records)
+            with_calls = sum(bool(r["calls"]) for r in records)
+            cells[tc.name] = {"accuracy": correct / n, "call_rate": with_calls / n, "n": n, "correct": correct,
+                              "with_calls": with_calls}
+            n_items, n_calls = n_items + n, n_calls + with_calls
+        ppl = (None, None)
+        if texts is not None and row.name != "toolformer":
+            if row.path not in ppl_by_path:
+                ppl_by_path[row.path] = perplexity(model, tok, texts, model_window(model, cfg.model),
+                                                   desc=f"perplexity {row.name}")
+            ppl = ppl_by_path[row.path]
+        results[row.name] = {
+            "model": row.path, "tools": row.tools, "tasks": cells,
+            "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
+            "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
+            "perplexity": ppl[0], "perplexity_tokens": ppl[1],
+            "call_rate": n_calls / n_items if n_items else None,
+        }
+    model = tok = None
+    gc.collect()
+
+    summary = {
+        "rows": results,
+        "models": {r.name: r.path for r in rows},
+        "skipped_rows": skipped,
+        "tasks": {tc.name: {"path": tc.path, "format": fmt, "kind": tc.kind, "n": len(d.items),
+                            "left_out": len(d.skipped), "prompt": tc.prompt,
+                            "max_words": (tc.max_words or default_max_words(fmt)) if tc.kind == "qa" else None}
+                  for tc, fmt, d in tasks},
+        "perplexity": {"path": ev.perplexity_path, "documents": len(texts)} if texts else None,
+        "decoding": {"top_k_trigger": ev.top_k_trigger, "max_calls": ev.max_calls,
+                     "max_new_tokens": ev.max_new_tokens, "call_style": cfg.calls.style},
+        "seed": cfg.seed, "config_hash": run.hash, "versions": versions(),
+    }
+    atomic_write_text(out_dir / "results.json", json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out_dir / "results.md", results_markdown(summary))
+    counts = {"rows": len(rows), "tasks": len(tasks), "skipped_rows": sorted(skipped),
+              "per_row": {r: {"items": sum(c["n"] for c in v["tasks"].values()),
+                              "correct": sum(c["correct"] for c in v["tasks"].values()),
+                              "with_calls": sum(c["with_calls"] for c in v["tasks"].values())}
+                          for r, v in results.items()}}
+    run.stage.finish(run.hash, cfg.seed, counts, output_dir=str(out_dir), results=str(out_dir / "results.json"))
+    print(summary_line(summary, out_dir))
+    return summary
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}"
+
+
+def results_markdown(summary: dict) -> str:
+    """The paper-shaped table: rows = models/modes, columns = data sets."""
+    tasks = list(summary["tasks"])
+    has_ppl = summary["perplexity"] is not None
+    head = ["Model", *tasks, "Arith.", "QA"] + (["Perplexity"] if has_ppl else [])
+    lines = ["# Evaluation results", "",
+             "Accuracy in % (share of items with a tool call in brackets); Arith. and QA are the means over the "
+             "math and QA columns; perplexity on the held-out plain text, with tools disabled.", "",
+             "| " + " | ".join(head) + " |", "| --- " + "| ---: " * (len(head) - 1) + "|"]
+    for name, row in summary["rows"].items():
+        cells = [f"{_pct(row['tasks'][t]['accuracy'])} ({100 * row['tasks'][t]['call_rate']:.0f} %)" for t in tasks]
+        cells += [_pct(row["arithmetic"]), _pct(row["qa"])]
+        if has_ppl:
+            cells.append("–" if row["perplexity"] is None else f"{row['perplexity']:.2f}")
+        lines.append(f"| {ROW_TITLES.get(name, name)} | " + " | ".join(cells) + " |")
+    lines += ["", "Models:", ""]
+    lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`" for n, p in summary["models"].items()]
+    lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
+    lines += ["", "Tasks:", ""]
+    lines += [f"- {t}: {v['n']} items, {v['kind']}, format {v['format']}, `{v['path']}`"
+              for t, v in summary["tasks"].items()]
+    d = summary["decoding"]
+    lines += ["", f"Decoding: greedy, a call starts when the call-start token is in the top {d['top_k_trigger']}, "
+              f"at most {d['max_calls']} call(s) per item, {d['max_new_tokens']} new tokens; "
+              f"seed {summary['seed']}.", ""]
+    return "\n".join(lines)
+
+
+def summary_line(summary: dict, out_dir: Path) -> str:
+    """One line of counts: items correct (and with a call) per row."""
+    n_items = sum(t["n"] for t in summary["tasks"].values())
+    parts = []
+    for name, r in summary["rows"].items():
+        correct = sum(c["correct"] for c in r["tasks"].values())
+        calls = sum(c["with_calls"] for c in r["tasks"].values())
+        part = f"{name} {correct:,} ({fmt_pct(correct, n_items)})"
+        if r["tools"]:
+            part += f" with a call on {calls:,} ({fmt_pct(calls, n_items)})"
+        if r["perplexity"] is not None:
+            part += f", perplexity {r['perplexity']:.2f}"
+        parts.append(part)
+    return (f"evaluate: {len(summary['rows'])} row(s) × {len(summary['tasks'])} task(s), {n_items:,} items per row; "
+            f"correct: " + "; ".join(parts) + f"; results in {out_dir / 'results.md'}")
