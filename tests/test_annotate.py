@@ -20,7 +20,7 @@ def tiny_cfg(repo_root, model_dir, run_dir, *extra):
     return load_config(PipelineConfig, repo_root / "configs" / "tiny.yaml", [
         f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={repo_root / 'data' / 'corpus.jsonl'}",
         f"tools.collection={run_dir}/collection.jsonl", f"tools.knowledge={run_dir}/knowledge.jsonl",
-        "filter.tau_filter=-0.05", "filter.per_tool_tau={}", *extra])
+        "filter.tau_filter=-0.05", "filter.per_tool_tau={}", "stages=[sample, execute, filter]", *extra])
 
 
 @pytest.fixture(scope="module")

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 def _overrides(model_dir, run_dir):
     return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={ROOT / 'data' / 'corpus.jsonl'}",
             f"tools.collection={ROOT / 'data' / 'collection.jsonl'}",
-            f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "shard_size=4", "filter.tau_filter=0.0"]
+            f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "shard_size=4", "filter.tau_filter=0.0",
+            "stages=[sample, execute, filter]"]
 
 
 def _records(run_dir, stage):
@@ -218,12 +219,19 @@ def test_bad_config_clear_message(override, message, tiny_model_dir):
     assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
 
 
-def test_tokenizer_lacking_markers_is_refused(tmp_path):
+def test_tokenizer_lacking_markers_is_refused():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
     from toolformer.calls import STYLES
     from toolformer.modeling import check_markers
-    from toolformer.tokenizer import train_tokenizer
 
-    tok = train_tokenizer(["plain words only"], vocab_size=60)
-    tok.backend_tokenizer.model.unk_token = "<unk>"
-    with pytest.raises(ValueError, match="cannot represent the call marker '→'"):
-        check_markers(tok, STYLES["special"].__class__("x", "[", "]", "→"), "t")
+    backend = Tokenizer(models.WordLevel({"<unk>": 0, "plain": 1, "words": 2}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    with pytest.raises(ValueError, match="cannot represent the call marker '\\['.*calls.style=special"):
+        check_markers(tok, STYLES["plain"], "t")
+    from toolformer.calls import add_call_tokens
+
+    add_call_tokens(tok, None, STYLES["special"])
+    check_markers(tok, STYLES["special"], "t")  # the special style adds its markers: accepted

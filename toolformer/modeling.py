@@ -89,6 +89,9 @@ def load(model_cfg, calls_cfg=None):
     device = resolve_device(model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, device)
     style = get_style(calls_cfg.style) if calls_cfg is not None else None
+    if not model_cfg.path:
+        raise ValueError("model.path: no model configured")
+    _check_local(model_cfg.path, "model")
     tok = load_tokenizer(model_cfg.tokenizer or model_cfg.path, style)
     model = load_model(model_cfg.path, device, dtype, tok)
     return model, tok

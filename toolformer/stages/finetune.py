@@ -50,7 +50,10 @@ def load_texts(path: Path) -> tuple[list[str], list[bool]]:
 
     if not path.exists():
         raise FileNotFoundError(f"{path}: no data set; run the build stage first or set finetune.dataset")
-    ds = load_from_disk(str(path))
+    try:
+        ds = load_from_disk(str(path))
+    except IndexError:  # datasets cannot reload a data set saved with no rows
+        raise ValueError(f"{path}: data set is empty (did the filter keep any call?)") from None
     if "text" not in ds.column_names:
         raise ValueError(f"{path}: data set has no 'text' column (columns: {', '.join(ds.column_names)})")
     if len(ds) == 0:
