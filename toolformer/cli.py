@@ -81,6 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     _add_config_args(p)
 
+    p = sub.add_parser("demo", help="the whole method on the generated small world (configs/demo.yaml)")
+    _add_config_args(p)
+    p = sub.add_parser("world", help="generate the small world's files (knowledge, corpora, eval sets)")
+    _add_config_args(p)
+    p = sub.add_parser("pretrain", help="train the small world's tokenizer and base model from scratch")
+    _add_config_args(p)
+
     p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
     return parser
@@ -159,6 +166,21 @@ def main(argv: list[str] | None = None) -> int:
                 cfg.run_dir = args.run_dir
             run_stage("inspect", cfg, force=args.force, tool=args.tool, kept=args.kept,
                       min_margin=args.min_margin, max_margin=args.max_margin)
+            return 0
+        if args.command == "demo":
+            from toolformer.demo import run_demo
+
+            run_demo(cfg, force=args.force)
+            return 0
+        if args.command == "world":
+            from toolformer.world.generator import generate_world
+
+            generate_world(cfg)
+            return 0
+        if args.command == "pretrain":
+            from toolformer.world.pretrain import pretrain_base_model
+
+            pretrain_base_model(cfg, force=args.force)
             return 0
         if args.command == "run":
             from toolformer.pipeline import run_pipeline

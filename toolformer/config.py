@@ -336,6 +336,14 @@ class InspectConfig:
 
 
 @dataclass
+class DemoConfig:
+    math_prompt: str = "{question} The answer is"
+    """Prompt template of the small world's arithmetic evaluation set."""
+    qa_prompt: str = "Question: {question} Answer:"
+    """Prompt template of the small world's QA evaluation set."""
+
+
+@dataclass
 class PipelineConfig:
     run_dir: str = "runs/default"
     """Folder every stage writes into."""
@@ -356,6 +364,7 @@ class PipelineConfig:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     inspect: InspectConfig = field(default_factory=InspectConfig)
+    demo: DemoConfig = field(default_factory=DemoConfig)
 
     def validate(self) -> None:
         for s in self.stages:

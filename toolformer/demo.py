@@ -1,0 +1,135 @@
+"""``toolformer demo``: the whole method on the small world, on a CPU.
+
+world → base model → sample/propose → execute → filter → build → finetune
+(+ a control model tuned on the same documents without calls) → evaluate →
+inspect, into one run folder, ending with the results table and the wall time
+of each stage. ``RUN_DIR/results.json`` holds, per row (``base``,
+``control``, ``toolformer_disabled``, ``toolformer``), ``arithmetic``, ``qa``,
+``perplexity`` and ``call_rate``, plus ``wall_seconds`` and ``kept_calls``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+from toolformer.config import ExtraModel, PipelineConfig, TaskConfig
+from toolformer.pipeline import save_resolved_config
+from toolformer.runfolder import Stage, atomic_write_text
+
+ROWS = ("base", "control", "toolformer_disabled", "toolformer")
+
+
+def world_config(cfg: PipelineConfig) -> PipelineConfig:
+    """The pipeline config pointed at the generated world and the base model."""
+    from toolformer.world.generator import world_paths
+    from toolformer.world.pretrain import base_model_dir
+
+    cfg = copy.deepcopy(cfg)
+    paths = world_paths(cfg)
+    cfg.model.path = str(base_model_dir(cfg))
+    cfg.corpus.path = str(paths["corpus"])
+    cfg.tools.collection = str(paths["collection"])
+    cfg.tools.knowledge = str(paths["knowledge"])
+    cfg.evaluate.perplexity_path = str(paths["heldout"])
+    if not cfg.evaluate.tasks:
+        cfg.evaluate.tasks = [
+            TaskConfig(name="arithmetic", path=str(paths["eval_math"]), format="svamp", kind="math",
+                       prompt=cfg.demo.math_prompt),
+            TaskConfig(name="qa", path=str(paths["eval_qa"]), format="triviaqa", kind="qa", prompt=cfg.demo.qa_prompt),
+        ]
+    return cfg
+
+
+def control_dataset(cfg: PipelineConfig) -> Path:
+    """The build stage's documents with their original text: no calls."""
+    import datasets
+
+    from toolformer.runfolder import read_documents
+
+    out = Path(cfg.run_dir) / "control" / "dataset"
+    if (out / "dataset_info.json").exists():
+        return out
+    docs = read_documents(cfg.run_dir)
+    built = datasets.load_from_disk(str(Path(cfg.run_dir) / "build" / "dataset"))
+    rows = [{"text": docs[d]["text"], "doc_id": d, "augmented": False} for d in built["doc_id"]]
+    tmp = out.with_name(out.name + ".tmp")
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
+    tmp.rename(out)
+    return out
+
+
+def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
+    """RUN_DIR/results.json in the demo's shape, from the evaluate stage's results."""
+    out_dir = Path(cfg.evaluate.output_dir or Path(cfg.run_dir) / "eval")
+    full = json.loads((out_dir / "results.json").read_text())
+    rows = {}
+    for name in ROWS:
+        r = full["rows"].get(name)
+        rows[name] = None if r is None else {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "call_rate")}
+    filt = Stage(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+    kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
+    return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "seed": cfg.seed,
+            "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
+
+
+def table(results: dict) -> str:
+    def pct(v):
+        return "–" if v is None else f"{100 * v:.1f}"
+
+    lines = ["| row | arithmetic % | QA % | perplexity | call rate % |", "| --- | --- | --- | --- | --- |"]
+    for name, r in results["rows"].items():
+        if r is None:
+            lines.append(f"| {name} | not run | | | |")
+            continue
+        ppl = "–" if r["perplexity"] is None else f"{r['perplexity']:.2f}"
+        lines.append(f"| {name} | {pct(r['arithmetic'])} | {pct(r['qa'])} | {ppl} | {pct(r['call_rate'])} |")
+    return "\n".join(lines)
+
+
+def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
+    from toolformer.cli import run_stage
+    from toolformer.world.generator import generate_world, world_paths
+    from toolformer.world.pretrain import pretrain_base_model
+
+    walls: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        walls[name] = round(time.perf_counter() - t0, 1)
+        return out
+
+    summary = world_paths(cfg)["summary"]
+    if force or not summary.exists():
+        timed("world", lambda: generate_world(cfg))
+    else:
+        print(f"world: already generated ({summary}), skipped")
+        walls["world"] = 0.0
+    timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
+    wcfg = world_config(cfg)
+    wcfg.evaluate.extra_models = [ExtraModel(name="control", path=str(Path(cfg.run_dir) / "control" / "model"))]
+    save_resolved_config(wcfg)
+    for stage in ("sample", "execute", "filter", "build", "finetune"):
+        timed(stage, lambda s=stage: run_stage(s, wcfg, force=force))
+
+    # The paper's "+ CC" row: the same documents, fine-tuned the same way, without calls.
+    ccfg = copy.deepcopy(wcfg)
+    ccfg.run_dir = str(Path(cfg.run_dir) / "control")
+    ccfg.finetune.dataset = str(timed("control data", lambda: control_dataset(wcfg)))
+    ccfg.finetune.output_dir = str(Path(ccfg.run_dir) / "model")
+    timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
+
+    timed("evaluate", lambda: run_stage("evaluate", wcfg, force=force))
+    timed("inspect", lambda: run_stage("inspect", wcfg, force=force))
+    walls["total"] = round(time.perf_counter() - t_all, 1)
+    results = summarise(wcfg, walls)
+    atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
+    print("\n" + table(results))
+    print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
+    print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()))
+    print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
+    return results
