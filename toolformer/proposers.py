@@ -138,33 +138,67 @@ def _entity_positions(text: str) -> list[int]:
     return sorted(set(starts))
 
 
-def _query_parts(text: str, char: int) -> tuple[list[str], list[str]]:
-    """Capitalised spans and the last words before ``char`` in its sentence."""
-    sentence_start = 0
+# Capitalised words that begin sentences or label text, not names.
+_NOT_NAMES = set("The This That These Those In On At A An Of For From To By With It He She They Its His Her Their "
+                 "Later Each Every Nobody Today Then There Here Question Answer After Before When What Who Where "
+                 "Which How And But So Of".split())
+
+
+def _sentence_start(text: str, char: int) -> int:
+    start = 0
     for m in _SENTENCE_END.finditer(text, 0, char):
-        sentence_start = m.end()
-    before = text[sentence_start:char]
-    spans = [m.group() for m in _CAPITALISED.finditer(before)]
-    words = _WORD.findall(before)
-    return spans, words
+        start = m.end()
+    return start
+
+
+def _query_parts(text: str, char: int) -> tuple[list[str], list[str]]:
+    """Capitalised spans (leading non-name words removed) and the words before
+    ``char`` in its sentence."""
+    before = text[_sentence_start(text, char) : char]
+    spans = []
+    for m in _CAPITALISED.finditer(before):
+        words = m.group().split()
+        while words and words[0] in _NOT_NAMES:
+            words.pop(0)
+        if words:
+            spans.append(" ".join(words))
+    return spans, _WORD.findall(before)
+
+
+_QUESTION = re.compile(r"(?:^|(?<=[.!?\n]))\s*(?:Question:\s*)?([^.!?\n]{3,200}\?)")
+
+
+def _last_question(text: str, char: int) -> str | None:
+    """The question sentence right before ``char`` (e.g. "Question: Who ...? Answer:")."""
+    found = None
+    for m in _QUESTION.finditer(text, 0, char):
+        found = m
+    if found is None or char - found.end() > 40:
+        return None
+    return found.group(1).strip()
 
 
 def propose_lookup(text: str, tokens: TokenizedText, limit: int = 4, question: bool = False) -> list[Proposal]:
-    """WikiSearch/QA queries from the entities before a position: each of the
-    last two capitalised spans of the sentence with the last few words."""
+    """WikiSearch/QA queries for an entity or number: the question just asked,
+    if any; else each of the last two capitalised spans of the sentence with
+    the words that follow it (or, for a span right before the position, the
+    words before it)."""
     out: list[Proposal] = []
     for char in _entity_positions(text):
         pos = _token_at(tokens, char)
         if pos is None:
             continue
-        spans, words = _query_parts(text, char)
-        spans = [s for s in dict.fromkeys(reversed(spans)) if len(s) > 1][:2]
-        if not spans:
-            continue
-        tail = " ".join(words[-4:])
         queries = []
-        for span in spans:
-            q = f"{span} {tail}" if span not in tail else tail
+        asked = _last_question(text, char)
+        if asked:
+            queries.append(asked if question else asked.rstrip("?"))
+        spans, _words = _query_parts(text, char)
+        sentence = text[:char]
+        for span in [s for s in dict.fromkeys(reversed(spans)) if s][:2]:
+            at = sentence.rfind(span)
+            before = _WORD.findall(sentence[max(0, sentence.rfind("\n", 0, at), _sentence_start(sentence, at)) : at])
+            after = _WORD.findall(sentence[at + len(span) :])
+            q = " ".join([*before[-3:], span, *after[-5:]]).strip()
             queries.append(q + "?" if question else q)
         out += [Proposal(pos, q) for q in list(dict.fromkeys(queries))[:limit]]
     return out
