@@ -235,3 +235,36 @@ def test_tokenizer_lacking_markers_is_refused():
 
     add_call_tokens(tok, None, STYLES["special"])
     check_markers(tok, STYLES["special"], "t")  # the special style adds its markers: accepted
+
+
+@pytest.fixture(scope="module")
+def reference_tuned(tiny_model_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("ref-ft") / "run"
+    ov = _overrides(tiny_model_dir, run_dir)[:-1] + ["stages=[sample, execute, filter, build, finetune]"]
+    cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", ov)
+    run_pipeline(cfg)
+    return run_dir, ov
+
+
+@pytest.mark.parametrize("stage", ["build", "finetune"])
+def test_sigkill_build_and_finetune_then_rerun(stage, reference_tuned, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    ref_dir, ov = reference_tuned
+    run_dir = tmp_path / "run"
+    ov = [o if not o.startswith("run_dir=") else f"run_dir={run_dir}" for o in ov]
+    args = ["run", "--config", "configs/tiny.yaml", *ov]
+    killed = _cli(args, {"TOOLFORMER_FAULT": f"{stage}:1"})
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    assert not (run_dir / stage / "manifest.json").exists()
+    again = _cli(args)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (run_dir / "build" / "augmented.jsonl").read_bytes() == (ref_dir / "build" / "augmented.jsonl").read_bytes()
+    state = json.loads((run_dir / "model" / "trainer_state.json").read_text())
+    steps = [h["step"] for h in state["log_history"] if "loss" in h]
+    assert steps == sorted(set(steps)) and steps[-1] == 6  # continued, no step twice
+    if stage == "finetune":
+        assert "resum" in again.stdout + again.stderr
+    a, b = load_file(run_dir / "model" / "model.safetensors"), load_file(ref_dir / "model" / "model.safetensors")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)

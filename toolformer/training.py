@@ -41,7 +41,7 @@ import torch
 from tqdm import tqdm
 
 from toolformer.modeling import bos_ids
-from toolformer.runfolder import atomic_write_text
+from toolformer.runfolder import atomic_write_text, fault_point
 
 # Fills the padded tail of the last packed row; ignored by the loss and masked
 # from attention (any real id is substituted before the forward pass).
@@ -321,7 +321,10 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
             atomic_write_text(path / CHECKPOINT_STATE, json.dumps(saved) + "\n")
             for old in checkpoint_dirs(output_dir)[: -max(1, args.keep_checkpoints)]:
                 shutil.rmtree(old, ignore_errors=True)
+        checkpoints_written[0] += 1
+        fault_point("finetune", checkpoints_written[0])
 
+    checkpoints_written = [0]  # by this process, for the kill-and-resume tests
     has_dev = dev is not None and len(dev) > 0
     t0 = time.perf_counter()
     local_tokens = 0

@@ -32,7 +32,7 @@ from tqdm import tqdm
 
 from toolformer.calls import insert_calls
 from toolformer.config import PipelineConfig
-from toolformer.runfolder import Stage, atomic_write_text, dumps, read_documents
+from toolformer.runfolder import Stage, atomic_write_text, dumps, fault_point, read_documents
 from toolformer.stages import start
 
 DATASET = "dataset"
@@ -200,6 +200,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
             for i in docs_by_id if i in aug_by_id or i in plain_docs]
 
     save_dataset(rows, run.stage.dir / DATASET)
+    fault_point("build", 1)  # kill-and-resume tests: dies with the data set written, manifest not
     by_eye = ({"doc_id": r["doc_id"], "calls": json.loads(r["calls"]), "text": r["text"]} for r in augmented_rows)
     atomic_write_text(run.stage.dir / AUGMENTED, "".join(dumps(r) + "\n" for r in by_eye))
     run.stage.write_rejected(rejected)
