@@ -63,6 +63,8 @@ class CorpusConfig:
     """Column with the document date (YYYY-MM-DD), optional."""
     max_docs: int = 0
     """Read at most this many documents; 0 = all."""
+    window_tokens: int = 0
+    """Split longer documents into windows of this many tokens; 0 = fit the model window (and prompt when sampling)."""
 
 
 @dataclass
