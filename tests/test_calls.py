@@ -2,7 +2,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolformer.calls import STYLES, ApiCall, add_call_tokens, get_style, insert_calls, parse_calls, strip_calls
+from toolformer.calls import (
+    STYLES,
+    ApiCall,
+    add_call_tokens,
+    get_style,
+    insert_calls,
+    parse_calls,
+    strip_calls,
+)
 
 PLAIN = STYLES["plain"]
 SPECIAL = STYLES["special"]

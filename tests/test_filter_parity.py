@@ -2,9 +2,9 @@ import random
 
 import pytest
 import torch
+from reference import reference_loss
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from reference import reference_loss
 from toolformer.scoring import LossRequest, LossScorer
 
 

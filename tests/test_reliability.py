@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,9 +14,7 @@ from hypothesis import strategies as st
 from toolformer.config import PipelineConfig
 from toolformer.configuration import load_config
 from toolformer.pipeline import run_pipeline
-from toolformer.sandbox import Sandbox
 from toolformer.tools import REGISTRY, Tool, ToolError, calculate
-from toolformer.tools.calculator import Calculator
 
 ROOT = Path(__file__).resolve().parent.parent
 

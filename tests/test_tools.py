@@ -2,10 +2,10 @@ import time
 
 import pytest
 
+from toolformer.calls import STYLES
 from toolformer.config import ToolsConfig
 from toolformer.sandbox import Sandbox
 from toolformer.tools import REGISTRY, Tool, ToolError, build_tool, render_prompt
-from toolformer.calls import STYLES
 
 
 def test_registry_tools_describe_themselves():

@@ -7,8 +7,15 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.training import (IGNORE_INDEX, TrainArgs, batch_inputs, checkpoint_dirs, lr_factor, pack_sequences,
-                                 train_causal_lm)
+from toolformer.training import (
+    IGNORE_INDEX,
+    TrainArgs,
+    batch_inputs,
+    checkpoint_dirs,
+    lr_factor,
+    pack_sequences,
+    train_causal_lm,
+)
 
 TEXTS = [f"The town of Vell has {i} people and [Calculator({i} * 3) → {i * 3}] {i * 3} cows." for i in range(40)]
 

@@ -22,7 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from toolformer.runfolder import atomic_write_text
-from toolformer.runview import QUANTILES, Inspection, call_text, in_context, margin, status
+from toolformer.runview import (
+    QUANTILES,
+    Inspection,
+    call_text,
+    in_context,
+    margin,
+    status,
+)
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:72em;padding:0 1em;color:#222}

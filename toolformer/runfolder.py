@@ -38,6 +38,23 @@ def atomic_write_text(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) for every non-blank line of a JSONL file; a line
+    that is not a JSON object raises ValueError naming the file and line."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
+            if not isinstance(rec, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object")
+            yield n, rec
+
+
 def dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, sort_keys=False)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolformer.runfolder import DOCUMENTS, MANIFEST
+from toolformer.runfolder import DOCUMENTS, MANIFEST, iter_jsonl
 
 CALL_STAGES = ("sample", "execute", "filter")
 LATER_STAGES = ("build", "finetune", "evaluate")
@@ -40,20 +40,11 @@ KEPT_CHOICES = ("yes", "no", "all")
 def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
     """Records of one JSONL file; a bad line raises naming the file and line."""
     out = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object")
-            missing = [k for k in required if k not in rec]
-            if missing:
-                raise ValueError(f"{path}:{n}: missing key {missing[0]!r}")
-            out.append(rec)
+    for n, rec in iter_jsonl(path):
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise ValueError(f"{path}:{n}: missing key {missing[0]!r}")
+        out.append(rec)
     return out
 
 

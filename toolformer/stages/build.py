@@ -32,7 +32,14 @@ from tqdm import tqdm
 
 from toolformer.calls import insert_calls
 from toolformer.config import PipelineConfig
-from toolformer.runfolder import Stage, atomic_write_text, dumps, fault_point, read_documents
+from toolformer.runfolder import (
+    Stage,
+    atomic_write_text,
+    dumps,
+    fault_point,
+    iter_jsonl,
+    read_documents,
+)
 from toolformer.stages import start
 
 DATASET = "dataset"
@@ -52,21 +59,14 @@ def read_kept(filter_dir: Path) -> list[dict]:
     kept: list[dict] = []
     shards = sorted(filter_dir.glob("shard-*.jsonl"))
     for shard in tqdm(shards, desc="build: read filter shards", unit="shard", disable=len(shards) < 2):
-        with shard.open(encoding="utf-8") as f:
-            for line_no, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{shard}:{line_no}: invalid JSON: {e}") from None
-                if not record.get("kept"):
-                    continue
-                for key in REQUIRED:
-                    if record.get(key) is None:
-                        raise ValueError(f"{shard}:{line_no}: kept record has no {key!r}")
-                record["_where"] = f"{shard.name}:{line_no}"
-                kept.append(record)
+        for line_no, record in iter_jsonl(shard):
+            if not record.get("kept"):
+                continue
+            for key in REQUIRED:
+                if record.get(key) is None:
+                    raise ValueError(f"{shard}:{line_no}: kept record has no {key!r}")
+            record["_where"] = f"{shard.name}:{line_no}"
+            kept.append(record)
     return kept
 
 

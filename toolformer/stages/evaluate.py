@@ -31,7 +31,7 @@ from toolformer.calls import get_style
 from toolformer.config import PipelineConfig, TaskConfig
 from toolformer.generate import generate_with_tools, load_model_folder
 from toolformer.modeling import _check_local, bos_ids, model_window, set_threads
-from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, versions
+from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.stages import start
 from toolformer.tasks import (
     TaskData,
@@ -101,19 +101,12 @@ def read_texts(path: str, max_docs: int = 0) -> list[str]:
     if not p.is_file():
         raise FileNotFoundError(f"{p}: perplexity file not found (evaluate.perplexity_path)")
     texts = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{p}: line {n}: invalid JSON: {e.msg}") from None
-            if not isinstance(rec, dict) or not isinstance(rec.get("text"), str):
-                raise ValueError(f"{p}: line {n}: expected an object with a string `text`")
-            texts.append(rec["text"])
-            if max_docs and len(texts) >= max_docs:
-                break
+    for n, rec in iter_jsonl(p):
+        if not isinstance(rec.get("text"), str):
+            raise ValueError(f"{p}:{n}: expected an object with a string `text`")
+        texts.append(rec["text"])
+        if max_docs and len(texts) >= max_docs:
+            break
     if not texts:
         raise ValueError(f"{p}: no texts")
     return texts

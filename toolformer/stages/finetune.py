@@ -136,7 +136,12 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
     from accelerate import PartialState
 
     from toolformer.calls import get_style
-    from toolformer.modeling import load_model, load_tokenizer, model_window, set_threads
+    from toolformer.modeling import (
+        load_model,
+        load_tokenizer,
+        model_window,
+        set_threads,
+    )
 
     state = PartialState(cpu=use_cpu())
     stage = Stage(cfg.run_dir, "finetune")

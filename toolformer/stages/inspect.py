@@ -29,7 +29,14 @@ from toolformer.config import PipelineConfig
 from toolformer.configuration import ConfigError, load_config
 from toolformer.report import margin_histogram, write_report
 from toolformer.runfolder import Stage, atomic_write_text, fmt_pct
-from toolformer.runview import QUANTILES, STEP_LABELS, Inspection, in_context, inspect_run, margin
+from toolformer.runview import (
+    QUANTILES,
+    STEP_LABELS,
+    Inspection,
+    in_context,
+    inspect_run,
+    margin,
+)
 from toolformer.stages import stage_hash
 
 

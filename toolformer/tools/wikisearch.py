@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
@@ -20,19 +19,14 @@ def read_jsonl(path: str | Path, required: tuple[str, ...]) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise ToolError("missing_data", f"{path}: file not found")
+    from toolformer.runfolder import iter_jsonl
+
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
-            missing = [k for k in required if k not in row]
-            if missing:
-                raise ValueError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
-            rows.append(row)
+    for n, row in iter_jsonl(path):
+        missing = [k for k in required if k not in row]
+        if missing:
+            raise ValueError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
+        rows.append(row)
     return rows
 
 
