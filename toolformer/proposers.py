@@ -103,13 +103,14 @@ def _fmt(text: str) -> str:
 
 
 def propose_calculator(text: str, tokens: TokenizedText, limit: int = 24) -> list[Proposal]:
-    """Before every number: all pairs of the last three distinct earlier numbers
-    with the four operations (ordered pairs for − and ÷)."""
+    """Before every number not stated earlier in the text: all pairs of the last
+    three distinct earlier numbers with the four operations (ordered pairs for
+    − and ÷). A number the text already stated can be copied, not computed."""
     out: list[Proposal] = []
     nums = numbers_in(text)
-    for k, (s, _e, _t) in enumerate(nums):
+    for k, (s, _e, t) in enumerate(nums):
         pos = _token_at(tokens, s)
-        if pos is None:
+        if pos is None or any(_fmt(t) == _fmt(u) for _s, _e2, u in nums[:k]):
             continue
         earlier: list[str] = []
         for _s, _e2, t in reversed(nums[:k]):
