@@ -338,6 +338,109 @@ class InspectConfig:
 
 
 @dataclass
+class WorldConfig:
+    output_dir: str = ""
+    """Folder of the generated small world's files; empty = RUN_DIR/world."""
+    seed: int = 0
+    """Seed of the world: the same seed and counts write the same files."""
+    towns: int = 60
+    """Towns (founding year, population, river, mayor, a price each)."""
+    rivers: int = 12
+    """Rivers (length, source, mouth)."""
+    ranges: int = 5
+    """Hill ranges (height of the highest point)."""
+    seas: int = 4
+    """Seas the rivers flow into (at most 6)."""
+    people: int = 90
+    """People (birth year and town, profession, death year); mayors are drawn from them."""
+    events: int = 40
+    """Dated events (floods, fires, fairs, bridges, treaties), at most one per town."""
+    pretrain_fact_share: float = 0.5
+    """Share of the facts that the pre-training corpus states."""
+    corpus_fact_share: float = 0.25
+    """Share of the facts stated only in the annotation corpus; the rest only in the tools' data (eval_qa asks those)."""
+    pretrain_docs: int = 40000
+    """Documents in pretrain.jsonl."""
+    note_share: float = 0.3
+    """Pre-training: share of arithmetic items and dates announced by a call note at the document start."""
+    earlier_share: float = 0.3
+    """Pre-training: share of arithmetic items whose answer is stated earlier in prose."""
+    problem_share: float = 0.3
+    """Share of arithmetic items written as a word problem ending `The answer is N.`"""
+    filler_share: float = 0.5
+    """Chance of a sentence repeating an earlier number after each arithmetic item."""
+    nonce_share: float = 0.5
+    """Pre-training: share of fact documents about an entity invented for that document, with QA notes to copy from."""
+    copy_share: float = 0.15
+    """Pre-training: share of documents that list numbers and repeat them (they teach in-context copying)."""
+    math_share: float = 0.55
+    """Share of arithmetic documents in every corpus (after the copy documents of pre-training)."""
+    quiz_share: float = 0.12
+    """Share of `Question: ... Answer: ...` documents in pre-training and held-out text."""
+    dated_share: float = 0.08
+    """Share of documents that mention a date."""
+    corpus_docs: int = 2000
+    """Documents in corpus.jsonl, the pipeline's annotation corpus."""
+    heldout_docs: int = 500
+    """Documents in heldout.jsonl (plain text for perplexity)."""
+    eval_math: int = 300
+    """Word problems in eval_math.json (3-4-digit operations, the four operations balanced)."""
+    eval_qa: int = 200
+    """At most this many questions in eval_qa.jsonl (facts only the tools' data states)."""
+
+    def validate(self) -> None:
+        for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
+                     "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
+        for a, b in (("pretrain_fact_share", "corpus_fact_share"), ("note_share", "earlier_share")):
+            if getattr(self, a) + getattr(self, b) > 1.0:
+                raise ValueError(f"{a} + {b} exceeds 1")
+        if self.math_share + self.quiz_share + self.dated_share > 1.0:
+            raise ValueError("math_share + quiz_share + dated_share exceeds 1")
+        if self.towns < 2 or self.rivers < 1 or self.ranges < 1 or not 1 <= self.seas <= 6 or self.people < 1:
+            raise ValueError("needs at least 2 towns, 1 river, 1 range, 1-6 seas and 1 person")
+        if self.events > self.towns:
+            raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
+
+
+@dataclass
+class PretrainConfig:
+    output_dir: str = ""
+    """Folder of the pre-trained base model and its tokenizer; empty = RUN_DIR/base-model."""
+    vocab_size: int = 900
+    """BPE vocabulary trained on the world's texts (one token per digit)."""
+    hidden: int = 128
+    """Width of the GPT-2-shaped model."""
+    layers: int = 3
+    """Transformer blocks."""
+    heads: int = 4
+    """Attention heads per block."""
+    positions: int = 256
+    """Longest sequence the model accepts, in tokens."""
+    seq_len: int = 128
+    """Length of the packed training sequences, in tokens (each starts with BOS)."""
+    batch_size: int = 32
+    """Sequences per optimizer step."""
+    max_steps: int = 1000
+    """Optimizer steps (DESIGN §5: copying appears around steps 500-800)."""
+    learning_rate: float = 3e-3
+    """Peak learning rate, cosine decay after warm-up."""
+    warmup_ratio: float = 0.05
+    """Share of steps with linear warm-up."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    eval_every: int = 250
+    """Dev loss every this many steps."""
+    dev_docs: int = 400
+    """Pre-training documents held out for the dev loss."""
+    threads: int = 0
+    """torch CPU threads; 0 = one per core."""
+    probe_items: int = 200
+    """Items of each copy probe (Calculator, QA) and of the base model's eval_math check; 0 = no probe."""
+
+
+@dataclass
 class DemoConfig:
     math_prompt: str = "{question} The answer is"
     """Prompt template of the small world's arithmetic evaluation set."""
@@ -367,6 +470,8 @@ class PipelineConfig:
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     inspect: InspectConfig = field(default_factory=InspectConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
+    world: WorldConfig = field(default_factory=WorldConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
 
     def validate(self) -> None:
         for s in self.stages:

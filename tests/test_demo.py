@@ -1,0 +1,60 @@
+"""The demo's whole path (world → base model → annotate → build → finetune +
+control → evaluate → inspect) on a reduced configuration. Accuracy is not
+asserted here: the reduced model is far too small and short-trained; the
+filter threshold is negative so that the later stages get data."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import load_config
+from toolformer.demo import ROWS, run_demo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+REDUCED = [
+    "world.pretrain_docs=600", "world.corpus_docs=60", "world.heldout_docs=20", "world.eval_math=12",
+    "world.eval_qa=12", "pretrain.max_steps=8", "pretrain.eval_every=4", "pretrain.batch_size=8",
+    "pretrain.dev_docs=20", "pretrain.probe_items=4", "filter.tau_filter=-100", "filter.per_tool_tau={}",
+    "finetune.max_steps=4", "finetune.eval_every=2", "finetune.save_every=2", "finetune.batch_size=8",
+    "finetune.micro_batch_size=8", "evaluate.max_new_tokens=6",
+]
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("demo") / "run"
+    cfg = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [f"run_dir={run_dir}", *REDUCED])
+    return run_dir, run_demo(cfg)
+
+
+def test_every_stage_produced_its_outputs(demo_run):
+    run_dir, _ = demo_run
+    for stage in ("sample", "execute", "filter", "build", "finetune", "evaluate", "inspect"):
+        assert (run_dir / stage / "manifest.json").exists(), stage
+    for name in ("world/world.json", "world/corpus.jsonl", "world/eval_math.json", "world/eval_qa.jsonl",
+                 "base-model/config.json", "model/config.json", "control/model/config.json",
+                 "build/dataset/dataset_info.json", "eval/results.json", "eval/results.md",
+                 "inspect/report.html", "config.yaml"):
+        assert (run_dir / name).exists(), name
+    built = [json.loads(line) for line in (run_dir / "build" / "augmented.jsonl").open()]
+    assert built and all("[" in r["text"] for r in built)
+
+
+def test_results_json_has_the_rows_and_fields(demo_run):
+    run_dir, returned = demo_run
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results == json.loads(json.dumps(returned))
+    assert set(results["rows"]) == set(ROWS)
+    for name, row in results["rows"].items():
+        assert set(row) == {"arithmetic", "qa", "perplexity", "call_rate"}, name
+        for key in ("arithmetic", "qa", "call_rate"):
+            assert 0.0 <= row[key] <= 1.0, (name, key)
+        if name != "toolformer":
+            assert row["perplexity"] > 1.0
+    assert results["rows"]["base"]["call_rate"] == 0 and results["rows"]["control"]["call_rate"] == 0
+    assert results["rows"]["toolformer_disabled"]["call_rate"] == 0
+    assert {"world", "pretrain", "sample", "filter", "finetune", "evaluate", "total"} <= set(results["wall_seconds"])
+    assert set(results["kept_calls"]) == {"Calculator", "QA"} and sum(results["kept_calls"].values()) > 0

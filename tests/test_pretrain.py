@@ -1,0 +1,110 @@
+import json
+import math
+
+import pytest
+
+from test_world import SMALL, small_cfg
+from toolformer.config import PretrainConfig
+from toolformer.world.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
+
+TINY = dict(vocab_size=700, hidden=16, layers=1, heads=2, positions=64, seq_len=32, batch_size=4, max_steps=3,
+            eval_every=2, dev_docs=20, probe_items=6, threads=1)
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory):
+    from toolformer.world.pretrain import pretrain_base_model
+
+    cfg = small_cfg(tmp_path_factory.mktemp("pre"))
+    cfg.pretrain = PretrainConfig(**TINY)
+    return cfg, pretrain_base_model(cfg)
+
+
+def test_pretrain_writes_a_loadable_model_and_its_record(pretrained, capsys):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolformer.world.pretrain import pretrain_base_model
+
+    cfg, out = pretrained
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    assert model.config.n_embd == 16 and model.config.n_positions == 64 and len(tok) <= 700
+    record = json.loads((out / "pretrain.json").read_text())
+    assert record["steps"] == 3 and record["parameters"] == sum(p.numel() for p in model.parameters())
+    assert record["train"]["best_dev_perplexity"] > 1
+    probe = json.loads((out / "probe.json").read_text())
+    for tool in ("Calculator", "QA"):
+        assert probe[tool]["items"] > 0
+        assert all(math.isfinite(probe[tool][k]) for k in ("loss_none", "loss_correct", "loss_wrong"))
+    assert 0.0 <= probe["eval_math"]["accuracy"] <= 1.0
+    # The same config again: nothing to do.
+    assert pretrain_base_model(cfg) == out
+    assert "already complete" in capsys.readouterr().out
+
+
+def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
+    from transformers import AutoTokenizer
+
+    from toolformer.world.pretrain import check_tokenizer
+
+    _cfg, out = pretrained
+    tok = AutoTokenizer.from_pretrained(out)
+    check_tokenizer(tok)
+    pieces = [tok.decode([i]) for i in tok("The mill sold 1245 [Calculator(1245 + 2318) → 3563] 3563",
+                                           add_special_tokens=False)["input_ids"]]
+    assert pieces[3:9] == [" 1", "2", "4", "5", " [", "Calculator"]
+    with pytest.raises(ValueError, match="not one"):
+        from toolformer.tokenizer import train_tokenizer
+
+        check_tokenizer(train_tokenizer(["plain words only"], vocab_size=120))
+
+
+def test_rows_start_with_bos(pretrained):
+    from transformers import AutoTokenizer
+
+    from toolformer.world.pretrain import pack_with_bos
+
+    _cfg, out = pretrained
+    tok = AutoTokenizer.from_pretrained(out)
+    rows = pack_with_bos(tok, ["The mill sold 12 sacks."] * 20, 16)  # (N, 16)
+    assert rows.shape[1] == 16 and bool((rows[:, 0] == tok.bos_token_id).all())
+    assert int((rows == tok.bos_token_id).sum()) == len(rows) + 20  # one per row + one per document
+
+
+def test_copy_probe_items_and_losses(pretrained):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cfg, out = pretrained
+    corpus = out.parent / "world" / "corpus.jsonl"
+    items = probe_items(corpus, "Calculator", 5, seed=0)
+    assert len(items) == 5 and all(it["wrong"] != it["result"] and len(it["wrong"]) == len(it["result"])
+                                   for it in items)
+    model, tok = AutoModelForCausalLM.from_pretrained(out).eval(), AutoTokenizer.from_pretrained(out)
+    r = copy_probe(model, tok, items)
+    assert r["items"] == 5 and r["loss_none"] > 0 and 0.0 <= r["helps_0.5"] <= 1.0
+    # A different prefix changes the loss at the answer: the prefix really is put before the text.
+    assert r["loss_correct"] != pytest.approx(r["loss_none"], abs=1e-6)
+
+
+def test_wrong_result_and_first_number():
+    import random
+
+    rng = random.Random(0)
+    for value in ("615", "1040", "12"):
+        wrong = _wrong_result(rng, "Calculator", value, [])
+        assert wrong != value and len(wrong) == len(value)
+    assert _wrong_result(rng, "QA", "Oster", ["Oster", "Vell"]) == "Vell"
+    assert first_number(" 3,563 sacks, not 12") == 3563.0 and first_number(" none") is None
+    assert QA_PROMPT.format(question="Who?") == "Question: Who? Answer:"
+
+
+def test_cli_probe_on_the_base_model(pretrained, capsys):
+    from toolformer.world.__main__ import main
+
+    cfg, out = pretrained
+    overrides = [f"world.{k}={v}" for k, v in SMALL.items()] + ["pretrain.probe_items=4"]
+    assert main(["probe", f"run_dir={cfg.run_dir}", *overrides]) == 0
+    text = capsys.readouterr().out
+    assert "probe Calculator:" in text and "probe eval_math:" in text
+    assert main(["probe", "--model", str(out / "missing"), f"run_dir={cfg.run_dir}"]) == 2
+    assert "does not exist" in capsys.readouterr().err

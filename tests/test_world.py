@@ -1,0 +1,182 @@
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from toolformer.calls import get_style, parse_calls
+from toolformer.config import PipelineConfig, WorldConfig
+from toolformer.configuration import ConfigError, load_config
+from toolformer.tools import REGISTRY
+from toolformer.tools.calculator import calculate
+from toolformer.tools.qa import QA
+from toolformer.world import generate_world
+from toolformer.world.corpora import LeakGuard, date_words
+from toolformer.world.entities import Fact
+
+SMALL = dict(towns=14, rivers=3, ranges=2, seas=2, people=18, events=6, pretrain_docs=400, corpus_docs=150,
+             heldout_docs=40, eval_math=24, eval_qa=30)
+
+
+def small_cfg(out: Path, **kw) -> PipelineConfig:
+    cfg = PipelineConfig(run_dir=str(out))
+    cfg.world = WorldConfig(**{**SMALL, **kw})
+    return cfg
+
+
+def jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> dict[str, Path]:
+    return generate_world(small_cfg(tmp_path_factory.mktemp("world")))
+
+
+def test_same_seed_same_files_other_seed_other_world(world, tmp_path):
+    again = generate_world(small_cfg(tmp_path / "a"))
+    for name, path in world.items():
+        if name != "summary":
+            assert path.read_bytes() == again[name].read_bytes(), name
+    other = generate_world(small_cfg(tmp_path / "b", seed=1))
+    assert other["knowledge"].read_bytes() != world["knowledge"].read_bytes()
+    assert other["pretrain"].read_bytes() != world["pretrain"].read_bytes()
+
+
+def test_files_have_their_fields(world):
+    summary = json.loads(world["summary"].read_text())
+    assert summary["seed"] == 0 and summary["counts"]["pretrain"] == SMALL["pretrain_docs"]
+    facts = jsonl(world["knowledge"])
+    assert len(facts) == summary["facts"]["total"] and summary["facts"]["eval"] > 0
+    assert all({"subject", "relation", "object", "text"} <= set(f) and f["object"] in f["text"] for f in facts)
+    assert all({"id", "title", "text"} <= set(d) for d in jsonl(world["collection"]))
+    assert all(set(d) == {"text"} and d["text"] for d in jsonl(world["pretrain"]))
+    assert all(set(d) == {"text"} for d in jsonl(world["heldout"]))
+    corpus = jsonl(world["corpus"])
+    assert len(corpus) == SMALL["corpus_docs"] and len({d["id"] for d in corpus}) == len(corpus)
+    for d in corpus:
+        assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", d["date"]) and d["text"] and d["gold_calls"]
+    problems = json.loads(world["eval_math"].read_text())
+    assert len(problems) == SMALL["eval_math"]
+    assert {p["Type"] for p in problems} == {"Addition", "Subtraction", "Multiplication", "Common-Division"}
+    for p in problems:
+        assert isinstance(p["Answer"], (int, float)) and p["Body"] and p["Question"].endswith("?")
+        numbers = [int(n) for n in re.findall(r"\d+", p["Body"])]
+        assert max(numbers) >= 100  # 3-4-digit operations
+    qa = jsonl(world["eval_qa"])
+    assert 0 < len(qa) <= SMALL["eval_qa"]
+    assert all(isinstance(q["question"], str) and q["answer"] and isinstance(q["aliases"], list) for q in qa)
+
+
+def test_gold_calls_are_right_and_point_at_the_answer(world):
+    style = get_style("plain")
+    for d in jsonl(world["corpus"]):
+        for g in d["gold_calls"]:
+            assert d["text"].startswith(g["result"], g["char_start"])
+            if g["tool"] == "Calculator":
+                assert calculate(g["input"]) == g["result"]
+            if g["tool"] == "Calendar":
+                import datetime as dt
+
+                assert g["result"] == date_words(dt.date.fromisoformat(d["date"]))
+        assert not parse_calls(d["text"], style, set(REGISTRY))  # the annotation corpus has no calls yet
+
+
+def test_qa_tool_answers_every_eval_question_and_gold_call(world):
+    qa = QA(world["knowledge"])
+    for q in jsonl(world["eval_qa"]):
+        assert qa.run(q["question"]) == q["answer"], q
+    for d in jsonl(world["corpus"]):
+        for g in d["gold_calls"]:
+            if g["tool"] == "QA":
+                assert qa.run(g["input"]) == g["result"], g
+
+
+def test_pretraining_text_has_call_notes_of_every_tool(world):
+    style = get_style("plain")
+    texts = [d["text"] for d in jsonl(world["pretrain"])]
+    found = {}
+    for t in texts:
+        for pc in parse_calls(t, style, set(REGISTRY)):
+            found.setdefault(pc.call.tool, []).append((pc, t))
+    assert {"Calculator", "QA", "Calendar", "WikiSearch"} <= set(found)
+    for pc, text in found["Calculator"]:
+        assert pc.closed and calculate(pc.call.input) == pc.call.result
+        assert re.search(rf"(?<!\d){pc.call.result}(?!\d)", text[pc.end :])  # the note's result is used later
+    notes = sum(len(v) for v in found.values())
+    assert notes > 0.15 * len(texts)
+    assert any(t.startswith("[Calculator(") and "\n" in t for t in texts)
+    assert sum(" [" in t for t in texts) > 0  # some notes stand right before their sentence
+    problems = [t for t in texts if "The answer is" in t]
+    assert len(problems) > 0.05 * len(texts)
+    assert sum(t.startswith("Question: ") or "\nQuestion: " in t for t in texts) > 0
+
+
+def test_no_eval_item_appears_in_training_or_annotation_text(world):
+    texts = [d["text"] for d in jsonl(world["pretrain"]) + jsonl(world["corpus"]) + jsonl(world["heldout"])]
+    blob = "\n".join(texts)
+    for p in json.loads(world["eval_math"].read_text()):
+        assert p["Body"] not in blob
+        a, _op, b = p["Equation"].strip("( )").split()
+        answer = str(p["Answer"])
+        for t in texts:
+            assert not all(re.search(rf"(?<!\d){n}(?!\d)", t) for n in (a, b, answer)), (p, t)
+    facts = {(f["subject"], f["object"]): f for f in jsonl(world["knowledge"])}
+    for q in jsonl(world["eval_qa"]):
+        assert q["question"] not in blob
+        f = facts[(q["subject"], q["answer"])]
+        names = [f["subject"], *f.get("aliases", [])]
+        obj = re.compile(rf"(?<!\w){re.escape(f['object'])}(?!\w)")
+        for t in texts:
+            named = any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", t) for n in names)
+            assert not (named and obj.search(t)), (q, t)
+
+
+def _states(text: str, fact: dict) -> bool:
+    named = any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", text) for n in [fact["subject"], *fact.get("aliases", [])])
+    return named and re.search(rf"(?<!\w){re.escape(fact['object'])}(?!\w)", text) is not None
+
+
+def test_each_fact_is_stated_where_its_split_says(world):
+    pre = [d["text"] for d in jsonl(world["pretrain"])]
+    corpus = [d["text"] for d in jsonl(world["corpus"])]
+    facts = jsonl(world["knowledge"])
+    assert {f["split"] for f in facts} == {"pretrain", "corpus", "eval"}
+    for f in facts:
+        if f["split"] != "pretrain":
+            assert not any(_states(t, f) for t in pre), f
+    stated = [f for f in facts if f["split"] == "corpus" and any(_states(t, f) for t in corpus)]
+    assert len(stated) == sum(f["split"] == "corpus" for f in facts)  # every corpus fact is stated there
+    stated = [f for f in facts if f["split"] == "pretrain" and any(_states(t, f) for t in pre)]
+    assert len(stated) > 0.6 * sum(f["split"] == "pretrain" for f in facts)  # 400 documents state most
+
+
+def test_leak_guard():
+    fact = Fact("town.population", "Dunmere", "population", "4210", "What is the population of Dunmere?",
+                ["{o}"], ["Dun Mere"])
+    guard = LeakGuard([fact])
+    assert guard.ok("Dunmere sold 4211 sacks.") and guard.ok("Kessford has 4210 people.")
+    assert not guard.ok("In Dunmere, 4210 people live.") and not guard.ok("Dun Mere: 4210.")
+
+
+def test_config_checks_and_world_yaml(repo_root, tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("world:\n  note_share: 0.8\n  earlier_share: 0.5\n")
+    with pytest.raises(ConfigError, match="world: note_share \\+ earlier_share exceeds 1"):
+        load_config(PipelineConfig, p)
+    p.write_text("world:\n  events: 100\n  towns: 10\n")
+    with pytest.raises(ConfigError, match="events"):
+        load_config(PipelineConfig, p)
+    cfg = load_config(PipelineConfig, repo_root / "configs" / "world.yaml")
+    assert cfg.model.path == "runs/world/base-model" and cfg.corpus.path.startswith("runs/world/world/")
+    head = (repo_root / "configs" / "world.yaml").read_text().splitlines()[:3]
+    assert head[0].startswith("#") and any("python -m toolformer.world" in h for h in head)
+
+
+def test_cli_generate(tmp_path, capsys):
+    from toolformer.world.__main__ import main
+
+    overrides = [f"world.{k}={v}" for k, v in SMALL.items()]
+    assert main(["generate", f"run_dir={tmp_path}", *overrides]) == 0
+    assert "world: " in capsys.readouterr().out and (tmp_path / "world" / "world.json").exists()
+    assert main(["generate", "world.towns=1"]) == 2

@@ -1,0 +1,11 @@
+"""The small world: a generated fictional world and a base model pre-trained on it.
+
+``generate_world(cfg)`` writes the knowledge store, the search collection, the
+pre-training, annotation and held-out corpora and the evaluation sets;
+``pretrain_base_model(cfg)`` trains a tokenizer and a tiny GPT-2-shaped causal
+LM on them, on CPU. See DESIGN.md §5.
+"""
+
+from toolformer.world.generator import generate_world, world_paths
+
+__all__ = ["generate_world", "world_paths"]

@@ -1,0 +1,273 @@
+"""The texts of the small world: pre-training, annotation, held-out and eval.
+
+The pre-training corpus teaches the base model what the filter needs it to
+know (DESIGN §5): to copy an answer stated earlier in the document. A share
+of its arithmetic items and facts open the document with a note in the call
+syntax, ``[Calculator(340 + 275) → 615] ...`` or ``[QA(question) → answer]
+...``, exactly the prefix the filter puts before a text; another share state
+the answer earlier in prose; filler sentences repeat earlier numbers. So the
+tool names and the markers ``[ ] ( ) →`` are trained tokens too.
+
+The annotation corpus has the same kinds of text with 3-4-digit arithmetic and
+the facts the pre-training corpus left out, and no notes: that is where the
+pipeline inserts calls. Its records carry the gold calls (``gold_calls``) for
+the copy probe and for measuring what the filter kept.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+import re
+from collections import defaultdict
+
+from toolformer.calls import get_style
+from toolformer.tools.calendar import date_sentence
+from toolformer.world.arithmetic import OP_NAMES, OPS, UNITS, Item, earlier, filler, make_item
+from toolformer.world.entities import Fact, NonceFacts, World
+
+STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
+NONCE_NOTE_SHARE = 0.8  # facts of invented entities announced by a QA note
+MID_NOTE_SHARE = 0.25  # notes put right before their sentence instead of at the document start
+_WORDS = re.compile(r"\w+")
+NOTE_SEPARATOR = "\n"  # after a note, as the filter puts it after a call prefix (filter.prefix_separator)
+
+DATE_SENTENCES = [
+    "The council of {T} met on {d}.",
+    "On {d}, the fair in {T} opened its gates.",
+    "The new school in {T} was opened on {d}.",
+    "A storm reached {T} on {d}.",
+]
+
+
+COPY_TEMPLATES = [
+    "The clerk of {T} read out {said}. The scribe wrote down {said}.",
+    "Stock at {T}: {said}. Counted again the next day: {said}.",
+    "The ledger of {T} lists {said}. The copy of the ledger lists {said}.",
+]
+
+
+def date_words(d: dt.date) -> str:
+    """``Monday, March 3, 1921``: the date as the Calendar tool's result says it."""
+    return f"{d:%A}, {d:%B} {d.day}, {d.year}"
+
+
+def random_date(rng: random.Random, first: int = 1900, last: int = 1950) -> dt.date:
+    start = dt.date(first, 1, 1).toordinal()
+    return dt.date.fromordinal(rng.randint(start, dt.date(last, 12, 31).toordinal()))
+
+
+class LeakGuard:
+    """Says whether a text states a forbidden fact: the fact's subject (or an
+    alias) and its object in the same document."""
+
+    def __init__(self, facts: list[Fact]):
+        self.by_word: dict[str, list[tuple[re.Pattern, str, re.Pattern]]] = defaultdict(list)
+        for f in facts:
+            obj = re.compile(rf"(?<!\w){re.escape(f.object)}(?!\w)")
+            for name in (f.subject, *f.aliases):
+                key = max(name.split(), key=len)
+                self.by_word[key].append((re.compile(rf"(?<!\w){re.escape(name)}(?!\w)"), f.object, obj))
+
+    def ok(self, text: str) -> bool:
+        for word in set(_WORDS.findall(text)):
+            for name, obj_text, obj in self.by_word.get(word, ()):
+                # Substring tests first: the regexes only confirm word boundaries.
+                if obj_text in text and name.search(text) and obj.search(text):
+                    return False
+        return True
+
+
+class Writer:
+    """Builds documents from a world; one instance per corpus."""
+
+    def __init__(self, world: World, rng: random.Random, facts: list[Fact], note_share: float = 0.0,
+                 earlier_share: float = 0.0, problem_share: float = 0.3, filler_share: float = 0.5,
+                 nonce_share: float = 0.0):
+        self.world, self.rng = world, rng
+        self.nonce = NonceFacts(rng, world) if nonce_share > 0 else None
+        self.nonce_share = nonce_share
+        self.facts = facts
+        self.by_subject: dict[str, list[Fact]] = defaultdict(list)
+        for f in facts:
+            self.by_subject[f.subject].append(f)
+        self.subjects = sorted(self.by_subject)
+        self.note_share, self.earlier_share = note_share, earlier_share
+        self.problem_share, self.filler_share = problem_share, filler_share
+
+    # -- arithmetic ------------------------------------------------------------
+    def item(self, size: str, op: str | None = None) -> Item:
+        return make_item(self.rng, size, self.world.towns, self.world.people, op)
+
+    def math_doc(self, size: str, max_items: int = 3) -> tuple[str, list[dict]]:
+        """1..max_items arithmetic items; notes or earlier statements by the shares."""
+        rng = self.rng
+        notes: list[str] = []
+        parts: list[str] = []
+        gold: list[dict] = []
+        numbers: list[tuple[str, str]] = []
+        for item in (self.item(size) for _ in range(rng.randint(1, max_items))):
+            mode = rng.random()
+            if mode < self.note_share:
+                self._note(notes, parts, STYLE.render("Calculator", item.call_input, item.c))
+            elif mode < self.note_share + self.earlier_share:
+                parts.append(earlier(rng, item))
+            sentence, offset = item.problem() if rng.random() < self.problem_share else item.story()
+            parts.append(sentence)
+            gold.append({"tool": "Calculator", "input": item.call_input, "result": item.c, "offset": offset,
+                         "part": len(parts) - 1})
+            numbers += item.numbers()
+            if rng.random() < self.filler_share:
+                parts.append(filler(rng, numbers, self.world.towns))
+        if self.facts and rng.random() < 0.2:
+            # A known fact between the sentences, as text around numbers would have.
+            k = rng.randint(0, len(parts))
+            parts.insert(k, self.fact_sentence(rng.choice(self.facts)))
+            for g in gold:
+                g["part"] += g["part"] >= k
+        rng.shuffle(notes)
+        return self._join(notes, parts, gold)
+
+    def _note(self, notes: list[str], parts: list[str], note: str) -> None:
+        """A call note at the document start (the filter's prefix) or, less
+        often, right before its sentence (where a tuned model puts the call,
+        so `` [`` is a trained token too)."""
+        (parts if self.rng.random() < MID_NOTE_SHARE else notes).append(note)
+
+    @staticmethod
+    def _join(notes: list[str], parts: list[str], gold: list[dict]) -> tuple[str, list[dict]]:
+        """Notes each on a line of their own (the filter's prefix + separator
+        ``\n``), then the sentences joined by spaces; part offsets become text
+        offsets."""
+        head = "".join(n + NOTE_SEPARATOR for n in notes)
+        starts, pos = [], len(head)
+        for p in parts:
+            starts.append(pos)
+            pos += len(p) + 1
+        text = head + " ".join(parts)
+        out = []
+        for g in gold:
+            char_start = starts[g["part"]] + g["offset"]
+            assert text.startswith(g["result"], char_start), (text, g)
+            out.append({"tool": g["tool"], "input": g["input"], "result": g["result"], "char_start": char_start})
+        return text, out
+
+    # -- facts ------------------------------------------------------------------
+    def fact_sentence(self, fact: Fact) -> str:
+        return fact.text(self.rng.randrange(len(fact.sentences)))
+
+    def _fact_part(self, fact: Fact, quiz: bool) -> tuple[str, int]:
+        if quiz:
+            head = f"Question: {fact.question} Answer: "
+            return f"{head}{fact.object}.", len(head)
+        template = fact.sentences[self.rng.randrange(len(fact.sentences))]
+        head, tail = template.split("{o}")
+        return head + fact.object + tail, len(head)
+
+    def fact_doc(self, quiz: bool, wiki_share: float = 0.0) -> tuple[str, list[dict]]:
+        """Facts about one subject (or a quiz over several). With ``nonce_share``
+        the subject is invented for this document and its facts come with QA
+        notes; otherwise the facts are the Writer's own, without notes."""
+        rng = self.rng
+        if self.nonce is not None and rng.random() < self.nonce_share:
+            if quiz:
+                chosen = [rng.choice(self.nonce.facts()) for _ in range(rng.randint(1, 4))]
+            else:
+                own = self.nonce.facts()
+                chosen = rng.sample(own, rng.randint(1, len(own)))
+            return self.facts_text(chosen, quiz, NONCE_NOTE_SHARE, wiki_share)
+        if quiz:
+            chosen = rng.sample(self.facts, min(len(self.facts), rng.randint(1, 4)))
+        else:
+            own = self.by_subject[rng.choice(self.subjects)]
+            chosen = rng.sample(own, rng.randint(1, len(own)))
+        return self.facts_text(chosen, quiz)
+
+    def facts_text(self, chosen: list[Fact], quiz: bool, note_share: float = 0.0,
+                   wiki_share: float = 0.0) -> tuple[str, list[dict]]:
+        rng = self.rng
+        notes, parts, gold = [], [], []
+        if not quiz and rng.random() < wiki_share:
+            f = chosen[0]
+            known = " ".join(g.text() for g in chosen if g.subject == f.subject)
+            notes.append(STYLE.render("WikiSearch", f"{f.subject} {f.relation.split()[0]}", f"{f.subject} > {known}"))
+        for f in chosen:
+            if rng.random() < note_share:
+                self._note(notes, parts, STYLE.render("QA", f.question, f.object))
+            sentence, offset = self._fact_part(f, quiz)
+            parts.append(sentence)
+            gold.append({"tool": "QA", "input": f.question, "result": f.object, "offset": offset,
+                         "part": len(parts) - 1})
+        rng.shuffle(notes)
+        return self._join(notes, parts, gold)
+
+    # -- copying ------------------------------------------------------------------
+    def copy_doc(self) -> str:
+        """A list of numbers said twice: dense in-context copying, which makes
+        the model's induction (copy) heads form within the pre-training budget."""
+        rng = self.rng
+        numbers = [str(rng.randint(10 ** (d - 1), 10 ** d - 1)) for d in rng.choices([2, 3, 4, 5], k=rng.randint(3, 7))]
+        if rng.random() < 0.5:
+            said = ", ".join(numbers[:-1]) + " and " + numbers[-1]
+        else:
+            said = ", ".join(f"{n} {u}" for n, (u, _) in zip(numbers, rng.sample(UNITS, len(numbers))))
+        return rng.choice(COPY_TEMPLATES).format(T=rng.choice(self.world.towns), said=said)
+
+    # -- dates ------------------------------------------------------------------
+    def dated_doc(self, date: dt.date) -> tuple[str, list[dict]]:
+        """A date mention (the Calendar tool's territory), maybe with arithmetic."""
+        rng = self.rng
+        words = date_words(date)
+        head, tail = rng.choice(DATE_SENTENCES).format(T=rng.choice(self.world.towns), d="{d}").split("{d}")
+        notes = [STYLE.render("Calendar", "", date_sentence(date))] if rng.random() < self.note_share else []
+        parts = [head + words + tail]
+        gold = [{"tool": "Calendar", "input": "", "result": words, "offset": len(head), "part": 0}]
+        if rng.random() < 0.5:
+            item = self.item("small")
+            sentence, offset = item.story()
+            parts.append(sentence)
+            gold.append({"tool": "Calculator", "input": item.call_input, "result": item.c, "offset": offset,
+                         "part": 1})
+        return self._join(notes, parts, gold)
+
+
+def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: float, copy_share: float = 0.0) -> str:
+    if w.rng.random() < copy_share:
+        return w.copy_doc()
+    r = w.rng.random()
+    if r < math_share:
+        return w.math_doc("small")[0]
+    if r < math_share + quiz_share:
+        return w.fact_doc(quiz=True)[0]
+    if r < math_share + quiz_share + dated_share:
+        return w.dated_doc(random_date(w.rng))[0]
+    return w.fact_doc(quiz=False, wiki_share=0.3)[0]
+
+
+def corpus_doc(w: Writer, kind: str, facts: list[Fact], date: dt.date) -> tuple[str, list[dict]]:
+    """An annotation document of ``kind``: math (3-4-digit arithmetic), facts
+    (``facts``, the ones pre-training left out, as statements or a quiz) or
+    dated (a mention of the document's date)."""
+    if kind == "math":
+        return w.math_doc("large", max_items=2)
+    if kind == "dated":
+        return w.dated_doc(date)
+    return w.facts_text(facts, quiz=w.rng.random() < 0.4)
+
+
+def eval_math_item(w: Writer, op: str) -> dict:
+    """A SVAMP-style word problem whose answer needs a 3-4-digit operation."""
+    item = w.item("large", op)
+    answer = float(item.c)
+    return {"Body": item.body(), "Question": item.question(), "Equation": f"( {item.a} {op} {item.b} )",
+            "Answer": int(answer) if answer.is_integer() else answer, "Type": OP_NAMES[op]}
+
+
+def eval_qa_item(fact: Fact) -> dict:
+    """A TriviaQA-style question about a fact stated only in the tools' data."""
+    return {"question": fact.question, "answer": fact.object, "aliases": list(fact.answer_aliases),
+            "subject": fact.subject, "relation": fact.kind}
+
+
+__all__ = ["LeakGuard", "OPS", "Writer", "corpus_doc", "date_words", "eval_math_item", "eval_qa_item",
+           "pretrain_doc", "random_date"]

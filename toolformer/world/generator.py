@@ -1,0 +1,152 @@
+"""``generate_world(cfg)``: write the small world's files into one folder.
+
+Files (RUN_DIR/world/ unless ``world.output_dir`` says otherwise):
+
+==================  ===========================================================
+knowledge.jsonl     every fact: ``subject``, ``relation``, ``object``, ``text``,
+                    ``aliases`` (what the QA tool reads)
+collection.jsonl    one article per entity: ``id``, ``title``, ``text``
+                    (what WikiSearch reads)
+pretrain.jsonl      ``text``: the base model's pre-training corpus
+corpus.jsonl        ``id``, ``date``, ``text``, ``gold_calls``: the annotation
+                    corpus (``gold_calls``: the calls that give each answer,
+                    ``tool``, ``input``, ``result``, ``char_start``)
+heldout.jsonl       ``text``: plain text for perplexity
+eval_math.json      SVAMP format: ``Body``, ``Question``, ``Answer``, ...
+eval_qa.jsonl       TriviaQA style: ``question``, ``answer``, ``aliases``
+world.json          seed, counts, config hash: written last
+==================  ===========================================================
+
+No evaluation item appears in a training or annotation text: every document
+is checked by a :class:`~toolformer.world.corpora.LeakGuard` and rewritten
+when it would state a fact it must not.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+
+from toolformer.config import PipelineConfig
+from toolformer.configuration import config_hash
+from toolformer.runfolder import atomic_write_text, dumps
+from toolformer.world.corpora import (OPS, LeakGuard, Writer, corpus_doc, eval_math_item, eval_qa_item,
+                                      pretrain_doc, random_date)
+from toolformer.world.entities import Fact, World, build_world, split_facts
+
+FILES = ("knowledge", "collection", "pretrain", "corpus", "heldout", "eval_math", "eval_qa", "summary")
+FILE_NAMES = {"knowledge": "knowledge.jsonl", "collection": "collection.jsonl", "pretrain": "pretrain.jsonl",
+              "corpus": "corpus.jsonl", "heldout": "heldout.jsonl", "eval_math": "eval_math.json",
+              "eval_qa": "eval_qa.jsonl", "summary": "world.json"}
+
+
+def world_dir(cfg: PipelineConfig) -> Path:
+    return Path(cfg.world.output_dir or Path(cfg.run_dir) / "world")
+
+
+def world_paths(cfg: PipelineConfig) -> dict[str, Path]:
+    """Where each file of the world goes (see the module docstring)."""
+    root = world_dir(cfg)
+    return {k: root / v for k, v in FILE_NAMES.items()}
+
+
+def _guarded(make, guard: LeakGuard, what: str, tries: int = 200):
+    """``make()`` until its text states no forbidden fact."""
+    for _ in range(tries):
+        out = make()
+        if guard.ok(out if isinstance(out, str) else out[0]):
+            return out
+    raise RuntimeError(f"world: no {what} document without a held-out fact after {tries} tries; "
+                       "lower the fact shares or raise the entity counts")
+
+
+def _write_jsonl(path: Path, rows) -> int:
+    lines = [dumps(r) + "\n" for r in rows]
+    atomic_write_text(path, "".join(lines))
+    return len(lines)
+
+
+def collection_records(world: World) -> list[dict]:
+    """One article per entity that has facts: its facts, canonical wording."""
+    by_subject: dict[str, list[Fact]] = {}
+    for f in world.facts:
+        by_subject.setdefault(f.subject, []).append(f)
+    return [{"id": f"w{i:04d}", "title": subject, "text": " ".join(f.text() for f in facts)}
+            for i, (subject, facts) in enumerate(by_subject.items(), 1)]
+
+
+def _corpus_fact_groups(rng: random.Random, facts: list[Fact]):
+    """Endless groups of 1-3 corpus facts of one subject; every fact comes up
+    once before any repeats."""
+    while True:
+        queue = list(facts)
+        rng.shuffle(queue)
+        for f in queue:
+            same = [g for g in facts if g.subject == f.subject and g is not f]
+            yield [f, *rng.sample(same, min(len(same), rng.randint(0, 2)))]
+
+
+def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
+    """Generate the world of ``cfg.world`` and write its files; return their paths."""
+    wc = cfg.world
+    t0 = time.perf_counter()
+    world = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
+    split_facts(world, random.Random(f"{wc.seed}-split"), wc.pretrain_fact_share, wc.corpus_fact_share)
+    pre, cor, held = world.split("pretrain"), world.split("corpus"), world.split("eval")
+    paths = world_paths(cfg)
+    counts: dict[str, int] = {}
+
+    counts["knowledge"] = _write_jsonl(paths["knowledge"], (f.record() for f in world.facts))
+    counts["collection"] = _write_jsonl(paths["collection"], collection_records(world))
+
+    # Each file draws from its own stream, so changing one count leaves the other files as they were.
+    w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, wc.note_share, wc.earlier_share,
+               wc.problem_share, wc.filler_share, wc.nonce_share)
+    guard = LeakGuard(cor + held)
+    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share)  # noqa: E731
+    counts["pretrain"] = _write_jsonl(paths["pretrain"], ({"text": _guarded(make, guard, "pre-training")}
+                                                          for _ in range(wc.pretrain_docs)))
+
+    rng = random.Random(f"{wc.seed}-corpus")
+    w = Writer(world, rng, pre + cor, problem_share=wc.problem_share, filler_share=wc.filler_share)
+    guard = LeakGuard(held)
+    groups = _corpus_fact_groups(rng, cor)
+    rows = []
+    for i in range(wc.corpus_docs):
+        date = random_date(rng)
+        r = rng.random()
+        kind = "math" if r < wc.math_share or not cor else "dated" if r < wc.math_share + wc.dated_share else "facts"
+        chosen = next(groups) if kind == "facts" else []
+        text, gold = _guarded(lambda: corpus_doc(w, kind, chosen, date), guard, "annotation")
+        rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
+    counts["corpus"] = _write_jsonl(paths["corpus"], rows)
+
+    w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, problem_share=wc.problem_share,
+               filler_share=wc.filler_share)
+    guard = LeakGuard(cor + held)
+    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share)  # noqa: E731
+    counts["heldout"] = _write_jsonl(paths["heldout"], ({"text": _guarded(make, guard, "held-out")}
+                                                        for _ in range(wc.heldout_docs)))
+
+    w = Writer(world, random.Random(f"{wc.seed}-eval"), [])
+    problems = [eval_math_item(w, OPS[i % len(OPS)]) for i in range(wc.eval_math)]
+    atomic_write_text(paths["eval_math"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
+    counts["eval_math"] = len(problems)
+    counts["eval_qa"] = _write_jsonl(paths["eval_qa"], (eval_qa_item(f) for f in held[: wc.eval_qa]))
+
+    seconds = round(time.perf_counter() - t0, 2)
+    summary = {
+        "seed": wc.seed, "config_hash": config_hash(wc),
+        "entities": {"towns": len(world.towns), "rivers": len(world.rivers), "ranges": len(world.ranges),
+                     "seas": len(world.seas), "people": len(world.people), "events": len(world.events)},
+        "facts": {"total": len(world.facts), "pretrain": len(pre), "corpus": len(cor), "eval": len(held)},
+        "files": {k: FILE_NAMES[k] for k in FILES if k != "summary"}, "counts": counts, "seconds": seconds,
+    }
+    atomic_write_text(paths["summary"], json.dumps(summary, indent=2) + "\n")
+    print(f"world: {len(world.facts):,} facts ({len(pre):,} pre-training / {len(cor):,} annotation / "
+          f"{len(held):,} tools only); wrote {counts['pretrain']:,} pre-training, {counts['corpus']:,} annotation, "
+          f"{counts['heldout']:,} held-out documents, {counts['eval_math']:,} math and {counts['eval_qa']:,} QA "
+          f"eval items to {world_dir(cfg)} in {seconds:.1f} s")
+    return paths

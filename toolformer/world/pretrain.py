@@ -1,0 +1,193 @@
+"""``pretrain_base_model(cfg)``: the small world's base model, trained from scratch.
+
+1. A BPE tokenizer (:func:`toolformer.tokenizer.train_tokenizer`) on the
+   pre-training and annotation texts, the annotation texts with their gold
+   calls inline (the shape of the fine-tuning data, so `` [`` is one token) and
+   the tool names: one token per digit; ``[``, ``]``, ``(``, ``)``, ``→`` and
+   the tool names single tokens.
+2. A GPT-2-shaped causal LM (DESIGN §5: width 128, 3 layers, ~0.7M parameters
+   learn in-context copying around steps 500-800 at lr 3e-3, cosine).
+3. :func:`toolformer.training.train_causal_lm` on pretrain.jsonl packed into
+   rows that each start with BOS, as every prompt and filter sequence does;
+   the best model by dev perplexity (held-out pre-training documents) is kept.
+4. The copy probe (:mod:`toolformer.world.probe`), saved as ``probe.json``.
+
+The folder gets ``pretrain.json`` last: config hash, parameters, steps, wall
+time, probe numbers. A rerun with the same config returns at once; ``force``
+retrains; a changed ``max_steps`` continues from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from toolformer.calls import get_style, insert_calls
+from toolformer.config import PipelineConfig
+from toolformer.configuration import config_hash
+from toolformer.modeling import set_threads
+from toolformer.runfolder import atomic_write_text, versions
+from toolformer.world.generator import generate_world, world_paths
+
+MANIFEST = "pretrain.json"
+WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
+# Pieces that must be single tokens (DESIGN §5): markers and tool names.
+REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
+
+
+def base_model_dir(cfg: PipelineConfig) -> Path:
+    return Path(cfg.pretrain.output_dir or Path(cfg.run_dir) / "base-model")
+
+
+def read_texts(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def tokenizer_texts(paths: dict[str, Path]) -> list[str]:
+    """What the tokenizer learns from: pre-training and annotation texts, the
+    annotation texts with their gold calls inline, the tool names."""
+    style = get_style("plain")
+    corpus = read_texts(paths["corpus"])
+    inline = [insert_calls(d["text"], [(g["char_start"], style.render(g["tool"], g["input"], g["result"]))
+                                       for g in d["gold_calls"]]) for d in corpus]
+    return [*(d["text"] for d in read_texts(paths["pretrain"])), *(d["text"] for d in corpus), *inline,
+            *[f"[{name}(" for name in WORLD_TOOLS] * 1000]  # weighted, so each name becomes one token
+
+
+def check_tokenizer(tokenizer) -> None:
+    """Every piece of :data:`REQUIRED_TOKENS` and every digit is one token."""
+    for piece in (*REQUIRED_TOKENS, *"0123456789", *(f" {d}" for d in "123456789")):
+        ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"tokenizer: {piece!r} is {len(ids)} tokens, not one; raise pretrain.vocab_size "
+                             "or check that the world's texts contain it")
+
+
+def build_model(tokenizer, pc):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=len(tokenizer), n_positions=pc.positions, n_embd=pc.hidden, n_layer=pc.layers, n_head=pc.heads,
+        # No dropout: about one pass over fresh text, nothing to over-fit.
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    return GPT2LMHeadModel(config)
+
+
+def pack_with_bos(tokenizer, texts: list[str], seq_len: int):
+    """Rows of ``seq_len`` tokens, each starting with BOS (then the packed
+    stream, where every document is preceded by BOS too)."""
+    import torch
+
+    from toolformer.training import pack_sequences
+
+    rows = pack_sequences(tokenizer, texts, seq_len - 1)  # (N, T-1)
+    bos = torch.full((rows.shape[0], 1), tokenizer.bos_token_id, dtype=rows.dtype)  # (N, 1)
+    return torch.cat([bos, rows], dim=1)  # (N, T)
+
+
+def _probe_during_training(model, tokenizer, corpus: Path, pc, seed: int):
+    """A callback for the training loop: the copy probe every ``eval_every``
+    steps, to see when copying appears (DESIGN §5: suddenly, after a plateau)."""
+    from tqdm import tqdm
+
+    from toolformer.world.probe import copy_probe, probe_items
+
+    if not pc.probe_items:
+        return None
+    items = {tool: probe_items(corpus, tool, min(100, pc.probe_items), seed) for tool in ("Calculator", "QA")}
+
+    def on_step(step: int, _record: dict) -> None:
+        if step % pc.eval_every or step >= pc.max_steps:
+            return
+        model.eval()
+        parts = []
+        for tool, its in items.items():
+            r = copy_probe(model, tokenizer, its)
+            parts.append(f"{tool} {r['loss_correct']:.2f} / {r['loss_none']:.2f} / {r['loss_wrong']:.2f}")
+        model.train()
+        tqdm.write(f"step {step}: copy probe, loss at the answer with the correct call / none / wrong result: "
+                   + "; ".join(parts))
+
+    return on_step
+
+
+def pretrain_key(cfg: PipelineConfig) -> str:
+    """What the base model depends on: the world, the pre-training settings, the seed."""
+    pc = {k: v for k, v in vars(cfg.pretrain).items() if k not in ("output_dir", "threads", "probe_items",
+                                                                     "max_steps", "eval_every")}
+    return config_hash({"world": vars(cfg.world) | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
+
+
+def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
+    """Train the tokenizer and base model of the small world; return the model folder."""
+    pc = cfg.pretrain
+    out = base_model_dir(cfg)
+    key = pretrain_key(cfg)
+    manifest = out / MANIFEST
+    if not force and manifest.exists():
+        done = json.loads(manifest.read_text())
+        if done.get("key") == key and done.get("steps") == pc.max_steps:
+            print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
+            return out
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
+    set_threads(pc.threads)
+    from toolformer.stages import seed_everything
+    from toolformer.tokenizer import train_tokenizer
+    from toolformer.training import TrainArgs, train_causal_lm
+    from toolformer.world.probe import run_probe
+
+    paths = world_paths(cfg)
+    summary = json.loads(paths["summary"].read_text()) if paths["summary"].exists() else {}
+    if summary.get("config_hash") != config_hash(cfg.world):
+        generate_world(cfg)
+    seed_everything(cfg.seed)
+    t0 = time.perf_counter()
+    tokenizer = train_tokenizer(tokenizer_texts(paths), vocab_size=pc.vocab_size)
+    check_tokenizer(tokenizer)
+
+    docs = [d["text"] for d in read_texts(paths["pretrain"])]
+    n_dev = min(pc.dev_docs, len(docs) // 10)
+    train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len)  # (N, T)
+    dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len) if n_dev else None
+    model = build_model(tokenizer, pc)
+    params = sum(p.numel() for p in model.parameters())
+    print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {train_rows.numel():,} training tokens "
+          f"in {len(train_rows):,} rows of {pc.seq_len}")
+    args = TrainArgs(learning_rate=pc.learning_rate, warmup_ratio=pc.warmup_ratio, schedule="cosine",
+                     batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
+                     eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
+                     seed=cfg.seed, log_every=10)
+    if force and (out / "checkpoints").exists():
+        import shutil
+
+        shutil.rmtree(out / "checkpoints")
+    result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key,
+                             on_step=_probe_during_training(model, tokenizer, paths["corpus"], pc, cfg.seed))
+
+    probe = {}
+    if pc.probe_items:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        best = AutoModelForCausalLM.from_pretrained(out).eval()
+        probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths["corpus"], paths["eval_math"],
+                          pc.probe_items, seed=cfg.seed)
+        atomic_write_text(out / "probe.json", json.dumps(probe, indent=2, ensure_ascii=False) + "\n")
+    wall = round(time.perf_counter() - t0, 1)
+    record = {"key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
+              "vocab_size": len(tokenizer), "steps": result["steps"], "seq_len": pc.seq_len,
+              "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
+              "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
+              "versions": versions(), "command": "python -m toolformer.world pretrain --config <config>"}
+    atomic_write_text(manifest, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    calc = probe.get("Calculator", {})
+    copy = (f"; copy probe (Calculator) loss {calc['loss_correct']:.2f} with the call vs {calc['loss_none']:.2f} "
+            f"without" if calc.get("items") else "")
+    print(f"pretrain: {params:,} parameters, {result['steps']:,} steps of {pc.batch_size}x{pc.seq_len} tokens in "
+          f"{result['wall_seconds']:.0f} s ({result['tokens_per_second']:,.0f} tokens/s), best dev perplexity "
+          f"{result['best_dev_perplexity']}{copy}; model in {out}")
+    return out
