@@ -68,7 +68,10 @@ def test_rows_start_with_bos(pretrained):
     tok = AutoTokenizer.from_pretrained(out)
     rows = pack_with_bos(tok, ["The mill sold 12 sacks."] * 20, 16)  # (N, 16)
     assert rows.shape[1] == 16 and bool((rows[:, 0] == tok.bos_token_id).all())
-    assert int((rows == tok.bos_token_id).sum()) == len(rows) + 20  # one per row + one per document
+    assert int((rows == tok.bos_token_id).sum()) == 20  # one per document: no document is split across rows
+    long_doc = " ".join(["The mill sold 12 sacks."] * 8)  # longer than a row: split, starting a fresh row
+    rows = pack_with_bos(tok, ["The mill sold 12 sacks.", long_doc], 16)
+    assert bool((rows[:, 0] == tok.bos_token_id).any()) and int((rows == tok.bos_token_id).sum()) == 2
 
 
 def test_copy_probe_items_and_losses(pretrained):

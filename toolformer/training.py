@@ -52,23 +52,38 @@ CHECKPOINT_STATE = "state.json"  # written last into a checkpoint: its presence 
 RUN_KEY = "run_key.json"
 
 
-def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1000) -> torch.LongTensor:
+def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1000,
+                   whole_documents: bool = False) -> torch.LongTensor:
     """Concatenate documents, each preceded by the BOS (or end-of-text) token,
     and cut the stream into rows of ``seq_len`` tokens.
 
-    Texts are tokenized with ``add_special_tokens=False``. A document may span
-    two rows. The last, partial row is kept and padded with ``IGNORE_INDEX``
-    (so no token is lost on small data sets); :func:`batch_inputs` turns those
-    into an attention mask and ignored labels. Returns (N, seq_len) int64.
+    Texts are tokenized with ``add_special_tokens=False``. By default a
+    document may span two rows. With ``whole_documents`` a document that fits
+    in a row never straddles two: a row is closed (padded) when the next
+    document does not fit, and a longer document starts a fresh row. This keeps
+    a call and the text that uses its result in one row, which a small model
+    needs to learn copying from context. Padding (and the last, partial row) is
+    ``IGNORE_INDEX``; :func:`batch_inputs` turns it into an attention mask and
+    ignored labels. Returns (N, seq_len) int64.
     """
     if seq_len < 2:
         raise ValueError(f"seq_len {seq_len}: need at least 2 tokens per row")
     sep = bos_ids(tokenizer) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
     texts = list(texts)
     chunks: list[np.ndarray] = []  # int64 arrays: 8 bytes a token, not a Python list
+    used = 0  # tokens in the current row (whole_documents)
     for i in tqdm(range(0, len(texts), batch), desc="pack", unit="batch", disable=len(texts) <= batch):
         encoded = tokenizer(texts[i : i + batch], add_special_tokens=False)["input_ids"]
-        chunks.append(np.fromiter(chain.from_iterable(chain(sep, ids) for ids in encoded), dtype=np.int64))
+        if not whole_documents:
+            chunks.append(np.fromiter(chain.from_iterable(chain(sep, ids) for ids in encoded), dtype=np.int64))
+            continue
+        for ids in encoded:
+            doc = np.asarray([*sep, *ids], dtype=np.int64)
+            if used and used + len(doc) > seq_len:
+                chunks.append(np.full(seq_len - used, IGNORE_INDEX, dtype=np.int64))  # close the row
+                used = 0
+            chunks.append(doc)
+            used = (used + len(doc)) % seq_len
     stream = torch.from_numpy(np.concatenate(chunks)) if chunks else torch.zeros(0, dtype=torch.long)  # (S,)
     n_rows = math.ceil(len(stream) / seq_len)
     rows = torch.full((n_rows * seq_len,), IGNORE_INDEX, dtype=torch.long)  # (N * T,)

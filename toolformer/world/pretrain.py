@@ -79,15 +79,12 @@ def build_model(tokenizer, pc):
 
 
 def pack_with_bos(tokenizer, texts: list[str], seq_len: int):
-    """Rows of ``seq_len`` tokens, each starting with BOS (then the packed
-    stream, where every document is preceded by BOS too)."""
-    import torch
-
+    """Rows of ``seq_len`` tokens, each starting with BOS: every document is
+    preceded by BOS and no document that fits in a row is split across two, so
+    a call note and the answer it announces are always seen together."""
     from toolformer.training import pack_sequences
 
-    rows = pack_sequences(tokenizer, texts, seq_len - 1)  # (N, T-1)
-    bos = torch.full((rows.shape[0], 1), tokenizer.bos_token_id, dtype=rows.dtype)  # (N, 1)
-    return torch.cat([bos, rows], dim=1)  # (N, T)
+    return pack_sequences(tokenizer, texts, seq_len, whole_documents=True)  # (N, T)
 
 
 def _probe_during_training(model, tokenizer, corpus: Path, pc, seed: int):
