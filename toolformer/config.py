@@ -196,6 +196,8 @@ class FinetuneConfig:
     """Optimizer steps (the paper: at most 2k); raising it later continues from the last checkpoint."""
     max_length: int = 1024
     """Sequence length in tokens (the paper: 1024); capped at the model window."""
+    whole_documents: bool = True
+    """Never split a document that fits in a row across two rows (a call and its use stay together)."""
     eval_every: int = 100
     """Evaluate dev perplexity every this many steps; the best model is kept."""
     dev_ratio: float = 0.05

@@ -177,8 +177,10 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
     seq_len = min(cfg.finetune.max_length, model_window(model))
 
     train_idx, dev_idx = split_dev(len(texts), cfg.finetune.dev_ratio, cfg.seed)
-    train_rows = pack_sequences(tokenizer, [texts[i] for i in train_idx], seq_len)  # (N, T)
-    dev_rows = pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len) if dev_idx else None  # (M, T)
+    whole = cfg.finetune.whole_documents
+    train_rows = pack_sequences(tokenizer, [texts[i] for i in train_idx], seq_len, whole_documents=whole)  # (N, T)
+    dev_rows = (pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len, whole_documents=whole)
+                if dev_idx else None)  # (M, T)
     out = model_dir(cfg)
     metrics = train_causal_lm(model, train_rows, dev_rows, train_args(cfg), out, tokenizer=tokenizer,
                               resume=not force, run_key=run_key(cfg, data_hash))
