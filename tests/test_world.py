@@ -170,13 +170,13 @@ def test_config_checks_and_world_yaml(repo_root, tmp_path):
     cfg = load_config(PipelineConfig, repo_root / "configs" / "world.yaml")
     assert cfg.model.path == "runs/world/base-model" and cfg.corpus.path.startswith("runs/world/world/")
     head = (repo_root / "configs" / "world.yaml").read_text().splitlines()[:3]
-    assert head[0].startswith("#") and any("python -m toolformer.world" in h for h in head)
+    assert head[0].startswith("#") and any("toolformer pretrain --config configs/world.yaml" in h for h in head)
 
 
 def test_cli_generate(tmp_path, capsys):
-    from toolformer.world.__main__ import main
+    from toolformer.cli import main
 
     overrides = [f"world.{k}={v}" for k, v in SMALL.items()]
-    assert main(["generate", f"run_dir={tmp_path}", *overrides]) == 0
+    assert main(["world", f"run_dir={tmp_path}", *overrides]) == 0
     assert "world: " in capsys.readouterr().out and (tmp_path / "world" / "world.json").exists()
-    assert main(["generate", "world.towns=1"]) == 2
+    assert main(["world", "world.towns=1"]) == 2

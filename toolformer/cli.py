@@ -87,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_config_args(p)
     p = sub.add_parser("pretrain", help="train the small world's tokenizer and base model from scratch")
     _add_config_args(p)
+    p = sub.add_parser("probe", help="copy probe and arithmetic accuracy of a small-world model")
+    p.add_argument("--model", help="model folder (default: the config's base model)")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    _add_config_args(p)
 
     p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
@@ -182,6 +186,10 @@ def main(argv: list[str] | None = None) -> int:
 
             pretrain_base_model(cfg, force=args.force)
             return 0
+        if args.command == "probe":
+            from toolformer.world.probe import cli_probe
+
+            return cli_probe(cfg, args.model, args.json)
         if args.command == "run":
             from toolformer.pipeline import run_pipeline
 

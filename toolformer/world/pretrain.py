@@ -179,7 +179,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
               "vocab_size": len(tokenizer), "steps": result["steps"], "seq_len": pc.seq_len,
               "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
               "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
-              "versions": versions(), "command": "python -m toolformer.world pretrain --config <config>"}
+              "versions": versions(), "command": "toolformer pretrain --config <config>"}
     atomic_write_text(manifest, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     calc = probe.get("Calculator", {})
     copy = (f"; copy probe (Calculator) loss {calc['loss_correct']:.2f} with the call vs {calc['loss_none']:.2f} "

@@ -171,3 +171,26 @@ def run_probe(model, tokenizer, corpus_path: str | Path, eval_math_path: str | P
     print(f"probe eval_math: base model accuracy {100 * m['accuracy']:.1f} % of {m['items']} problems "
           f"(greedy, prompt {MATH_PROMPT!r})")
     return report
+
+
+def cli_probe(cfg, model: str | None = None, as_json: bool = False) -> int:
+    """``toolformer probe``: the copy probe and eval_math accuracy of a model
+    folder (by default the config's base model)."""
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolformer.modeling import set_threads
+    from toolformer.world.generator import world_paths
+    from toolformer.world.pretrain import base_model_dir
+
+    set_threads(cfg.pretrain.threads)
+    path = model or str(base_model_dir(cfg))
+    if not Path(path, "config.json").exists():
+        raise FileNotFoundError(f"{path}: model folder does not exist (run `toolformer pretrain` first)")
+    paths = world_paths(cfg)
+    report = run_probe(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path),
+                       paths["corpus"], paths["eval_math"], cfg.pretrain.probe_items or 200, seed=cfg.seed)
+    if as_json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    return 0
