@@ -102,7 +102,7 @@ def test_wrong_result_and_first_number():
 
 
 def test_cli_probe_on_the_base_model(pretrained, capsys):
-    from toolformer.world.__main__ import main
+    from toolformer.cli import main
 
     cfg, out = pretrained
     overrides = [f"world.{k}={v}" for k, v in SMALL.items()] + ["pretrain.probe_items=4"]
