@@ -2,8 +2,8 @@ import json
 import math
 
 import pytest
-
 from test_world import SMALL, small_cfg
+
 from toolformer.config import PretrainConfig
 from toolformer.world.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
 
@@ -28,10 +28,11 @@ def test_pretrain_writes_a_loadable_model_and_its_record(pretrained, capsys):
     cfg, out = pretrained
     model = AutoModelForCausalLM.from_pretrained(out)
     tok = AutoTokenizer.from_pretrained(out)
-    assert model.config.n_embd == 16 and model.config.n_positions == 64 and len(tok) <= 700
+    assert model.config.hidden_size == 16 and model.config.max_position_embeddings == 64 and len(tok) <= 700
     record = json.loads((out / "pretrain.json").read_text())
     assert record["steps"] == 3 and record["parameters"] == sum(p.numel() for p in model.parameters())
-    assert record["train"]["best_dev_perplexity"] > 1
+    assert record["train"]["best_dev_perplexity"] > 1 and len(record["model_sha256"]) == 64
+    assert (out / "pipeline_config.yaml").read_text().startswith("# The config")
     probe = json.loads((out / "probe.json").read_text())
     for tool in ("Calculator", "QA"):
         assert probe[tool]["items"] > 0
@@ -57,6 +58,19 @@ def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
         from toolformer.tokenizer import train_tokenizer
 
         check_tokenizer(train_tokenizer(["plain words only"], vocab_size=120))
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_build_model_shapes(pretrained, arch):
+    from transformers import AutoTokenizer
+
+    from toolformer.world.pretrain import build_model
+
+    _cfg, out = pretrained
+    tok = AutoTokenizer.from_pretrained(out)
+    model = build_model(tok, PretrainConfig(**{**TINY, "arch": arch}))
+    assert model.config.hidden_size == 16 and model.config.num_hidden_layers == 1
+    assert model.get_input_embeddings().weight.shape[0] == len(tok)
 
 
 def test_rows_start_with_bos(pretrained):

@@ -32,8 +32,16 @@ from pathlib import Path
 from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash
 from toolformer.runfolder import atomic_write_text, dumps
-from toolformer.world.corpora import (OPS, LeakGuard, Writer, corpus_doc, eval_math_item, eval_qa_item,
-                                      pretrain_doc, random_date)
+from toolformer.world.corpora import (
+    OPS,
+    LeakGuard,
+    Writer,
+    corpus_doc,
+    eval_math_item,
+    eval_qa_item,
+    pretrain_doc,
+    random_date,
+)
 from toolformer.world.entities import Fact, World, build_world, split_facts
 
 FILES = ("knowledge", "collection", "pretrain", "corpus", "heldout", "eval_math", "eval_qa", "summary")
