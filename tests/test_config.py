@@ -32,6 +32,8 @@ def test_overrides_typed_and_nested(tmp_path):
                                            "tools.enabled=[Calculator]", "model.path=2023"])
     assert cfg.filter.tau_filter == 0.25 and cfg.sample.per_tool["Calculator"].top_k == 3
     assert cfg.tools.enabled == ["Calculator"] and cfg.model.path == "2023"
+    assert load_config(PipelineConfig, p, ["finetune.learning_rate=3e-3"]).finetune.learning_rate == 0.003
+    assert load_config(PipelineConfig, p, ["model.path=1e5"]).model.path == "1e5"  # strings stay strings
     with pytest.raises(ConfigError, match="filter.tau_filter: expected a number"):
         load_config(PipelineConfig, p, ["filter.tau_filter=high"])
     with pytest.raises(ConfigError, match="expected key=value"):

@@ -108,9 +108,15 @@ def to_dict(obj: Any) -> Any:
 def _parse_scalar(text: str) -> Any:
     """Override values are YAML scalars: ``0.5``, ``true``, ``[a, b]``, ``null``."""
     try:
-        return yaml.safe_load(text) if text != "" else ""
+        value = yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads `3e-3` as a string
+        except ValueError:
+            pass
+    return value
 
 
 def apply_overrides(data: dict, overrides: list[str], cls: type) -> dict:
