@@ -59,3 +59,60 @@ def test_identical_requests_computed_once(model_and_tok):
     scorer = LossScorer(model, tok.pad_token_id, window=1024)
     scorer.losses([r] * 50, texts)
     assert scorer.tokens_scored == 1 + 12  # one row: BOS + x_1..x_{i+4}
+
+
+def test_rows_shared_across_positions_match_reference(model_and_tok):
+    """One prefix at many positions of one text (L(ε) of every position, or a
+    call proposed at several positions) is one row, and each loss still equals
+    the reference computed on its own row; near the window the group falls back
+    to one row per request (left cut)."""
+    model, tok = model_and_tok
+    rng = random.Random(3)
+    texts = {"a": [rng.randrange(3, len(tok)) for _ in range(60)], "b": [rng.randrange(3, len(tok)) for _ in range(30)]}
+    bos = (tok.bos_token_id,)
+    call = bos + (7, 8, 9, 10)
+    reqs = [LossRequest(p, "a", i) for p in (bos, call) for i in (0, 4, 17, 30, 58)]
+    reqs += [LossRequest(bos, "b", i) for i in (2, 26)]
+    for window in (1024, 40):
+        scorer = LossScorer(model, tok.pad_token_id, window=window, horizon=5, batch_tokens=256)
+        got = scorer.losses(reqs, texts)
+        for r in reqs:
+            assert got[r] == pytest.approx(reference_loss(model, r.prefix, texts[r.text_key], r.position, 5, window),
+                                           abs=1e-4)
+        if window == 1024:  # three rows: BOS + a[:60], call + a[:60], BOS + b[:30]
+            assert scorer.tokens_scored == (1 + 60) + (5 + 60) + (1 + 30)
+        else:  # text "a" does not fit: one row per request there
+            assert scorer.tokens_scored > 10 * 5
+
+
+def test_unshared_rows_and_models_that_do_not_split(model_and_tok):
+    """share_rows=False (and any model whose head on the body's hidden states
+    is not its logits) takes the logits_to_keep path, with the same losses."""
+    model, tok = model_and_tok
+    reqs, texts = _requests(tok, 80, seed=5, window=1024)
+    shared = LossScorer(model, tok.pad_token_id, window=1024).losses(reqs, texts)
+    plain = LossScorer(model, tok.pad_token_id, window=1024, share_rows=False)
+    assert plain.split is None
+    got = plain.losses(reqs, texts)
+    for r in reqs:
+        assert got[r] == pytest.approx(shared[r], abs=1e-4)
+
+    class Scaled(torch.nn.Module):  # logits scaled after the head: body + head would mis-score
+        def __init__(self, inner):
+            super().__init__()
+            self.inner, self.config, self.base_model = inner, inner.config, inner.base_model
+
+        def get_output_embeddings(self):
+            return self.inner.get_output_embeddings()
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False, logits_to_keep=0):
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                             use_cache=use_cache, logits_to_keep=logits_to_keep)
+            out.logits = out.logits * 0.5
+            return out
+
+    scaled = LossScorer(Scaled(model), tok.pad_token_id, window=1024)
+    assert scaled.split is None
+    r = reqs[0]
+    want = reference_loss(Scaled(model), r.prefix, texts[r.text_key], r.position, 5, 1024)
+    assert scaled.losses([r], texts)[r] == pytest.approx(want, abs=1e-4)

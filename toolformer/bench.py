@@ -181,11 +181,11 @@ def main(argv: list[str] | None = None) -> int:
 
     scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens)
     scorer.losses(requests[:30], texts)  # warm-up
-    scorer.tokens_scored = 0
+    scorer.tokens_scored = scorer.rows_scored = 0
     _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
     filter_tps = scorer.tokens_scored / filter_secs
     filter_cps = len(cands) / filter_secs
-    mean_row = max(1, scorer.tokens_scored // max(1, len(set(requests))))
+    mean_row = max(1, scorer.tokens_scored // max(1, scorer.rows_scored))
     limit_tps = bench_limit(model, scorer.tokens_scored, vocab, max(64, mean_row), a.batch_tokens, device)
     naive_cps = bench_naive(model, texts, cands, device, a.naive_n)
     reference_cps = bench_reference(model, texts, cands, device, a.naive_n * 2)
