@@ -102,6 +102,11 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
 
     assert ev_stage.run_stage(cfg) is None  # complete: skipped
     assert "already complete" in capsys.readouterr().out
+    # The tuned model rewritten in place (a new fine-tune): evaluated again.
+    weights = next((run_dir / "run" / "model").glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes())
+    assert ev_stage.run_stage(cfg) is not None
+    assert "already complete" not in capsys.readouterr().out
 
 
 def test_missing_models(run_dir, capsys):

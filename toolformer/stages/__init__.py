@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from pathlib import Path
 
 from toolformer.config import STAGES, PipelineConfig
 from toolformer.configuration import config_hash, to_dict
@@ -20,6 +21,23 @@ def stage_hash(cfg: PipelineConfig, name: str) -> str:
     d = to_dict(cfg)
     upto = STAGES[: STAGES.index(name) + 1]
     return config_hash({k: d[k] for k in (*COMMON, *upto)})
+
+
+FINGERPRINTED = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def path_fingerprint(path: str) -> list | str:
+    """Cheap identity of a file or model folder (names, sizes, modification
+    times), so a stage reruns when what it reads was rewritten under the same
+    path. A path that does not exist (a hub id) stands for itself."""
+    p = Path(path)
+    if p.is_file():
+        st = p.stat()
+        return [p.name, st.st_size, st.st_mtime_ns]
+    if p.is_dir():
+        files = sorted({f for pattern in FINGERPRINTED for f in p.glob(pattern) if f.is_file()})
+        return [path_fingerprint(str(f)) for f in files]
+    return path
 
 
 def seed_everything(seed: int) -> None:
@@ -39,11 +57,14 @@ class StageRun:
     skipped: bool
 
 
-def start(cfg: PipelineConfig, name: str, force: bool = False) -> StageRun:
-    """Skip a stage whose manifest matches the config; else prepare to (re)run
-    it, resuming after its complete shards."""
+def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | None = None) -> StageRun:
+    """Skip a stage whose manifest matches the config (and the fingerprints of
+    ``inputs``, paths read from outside the run folder); else prepare to
+    (re)run it, resuming after its complete shards."""
     stage = Stage(cfg.run_dir, name)
     h = stage_hash(cfg, name)
+    if inputs:
+        h = config_hash({"config": h, "inputs": {k: path_fingerprint(v) for k, v in sorted(inputs.items())}})
     if not force and stage.is_complete(h):
         m = stage.manifest()
         print(f"{name}: already complete ({stage.dir}/manifest.json), skipped; --force reruns it")

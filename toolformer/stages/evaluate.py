@@ -201,7 +201,11 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
     rows, skipped = plan_rows(cfg)  # fail on a missing model before any work
     tasks = load_tasks(cfg)
     texts = read_texts(ev.perplexity_path, ev.perplexity_max_docs) if ev.perplexity_path else None
-    run = start(cfg, "evaluate", force)
+    # Rerun when a model or an evaluation set was rewritten in place (a new fine-tune, a regenerated world).
+    inputs = {f"model:{r.name}": r.path for r in rows} | {f"task:{tc.name}": tc.path for tc, _, _ in tasks}
+    if ev.perplexity_path:
+        inputs["perplexity"] = ev.perplexity_path
+    run = start(cfg, "evaluate", force, inputs=inputs)
     if run.skipped:
         return None
     out_dir = Path(ev.output_dir or Path(cfg.run_dir) / "eval")
