@@ -116,3 +116,61 @@ def test_unshared_rows_and_models_that_do_not_split(model_and_tok):
     r = reqs[0]
     want = reference_loss(Scaled(model), r.prefix, texts[r.text_key], r.position, 5, 1024)
     assert scaled.losses([r], texts)[r] == pytest.approx(want, abs=1e-4)
+
+
+@pytest.fixture(scope="module")
+def llama_and_tok(model_and_tok):
+    """A tiny Llama (rotary positions: the cache continuation must carry positions right)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    _, tok = model_and_tok
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(8.0)
+    return model, tok
+
+
+@pytest.mark.parametrize("arch,window", [("gpt2", 1024), ("gpt2", 40), ("llama", 1024), ("llama", 40)])
+def test_shared_heads_match_reference(model_and_tok, llama_and_tok, arch, window):
+    """e(c, ε) and e(c, r) share BOS + the call up to the arrow: the head runs
+    once and both rows continue from its cache, with the reference's losses
+    (positions 0 and near the end, heads of different lengths, left cuts)."""
+    model, tok = model_and_tok if arch == "gpt2" else llama_and_tok
+    rng = random.Random(11)
+    texts = {f"d{d}": [rng.randrange(3, len(tok)) for _ in range(rng.randint(6, 60))] for d in range(6)}
+    bos = (tok.bos_token_id,)
+    reqs = []
+    for key, text in texts.items():
+        for pos in {0, len(text) - 1, rng.randrange(len(text)), rng.randrange(len(text))}:
+            call = tuple(rng.randrange(3, len(tok)) for _ in range(rng.randint(3, 12)))
+            head = bos + call + (4,)
+            reqs += [LossRequest(bos, key, pos), LossRequest(head + (5,), key, pos, shared=len(head)),
+                     LossRequest(head + (6, 7, 8, 5), key, pos, shared=len(head))]
+    scorer = LossScorer(model, tok.pad_token_id, window=window, horizon=5, batch_tokens=300)
+    got = scorer.losses(reqs, texts)
+    _plain, shared_batches = scorer.plan(scorer.rows(list(dict.fromkeys(reqs)), texts))
+    assert shared_batches and sum(len(gs) for _, b in shared_batches for gs in b) >= 20  # the shared path ran
+    for r in reqs:
+        ref = reference_loss(model, r.prefix, texts[r.text_key], r.position, 5, window)
+        assert got[r] == pytest.approx(ref, abs=1e-4), r
+    unshared = LossScorer(model, tok.pad_token_id, window=window, horizon=5, batch_tokens=300)
+    unshared.losses([LossRequest(r.prefix, r.text_key, r.position) for r in reqs], texts)
+    assert scorer.tokens_scored < unshared.tokens_scored
+
+
+def test_a_head_shared_by_more_rows_than_a_batch_holds(model_and_tok):
+    """One call in many documents: the group is split to fit the token budget."""
+    model, tok = model_and_tok
+    rng = random.Random(2)
+    texts = {f"d{d}": [rng.randrange(3, len(tok)) for _ in range(30)] for d in range(40)}
+    head = (tok.bos_token_id, 9, 10, 11, 12, 4)
+    reqs = [LossRequest(head + tail, key, 20, shared=len(head)) for key in texts for tail in ((5,), (6, 7, 5))]
+    scorer = LossScorer(model, tok.pad_token_id, window=1024, horizon=5, batch_tokens=200)
+    _plain, batches = scorer.plan(scorer.rows(reqs, texts))
+    assert len(batches) > 1 and all(sum(len(gs) for gs in b) * 33 <= 200 for _, b in batches)
+    got = scorer.losses(reqs, texts)
+    for r in reqs[:12]:
+        assert got[r] == pytest.approx(reference_loss(model, r.prefix, texts[r.text_key], 20, 5, 1024), abs=1e-4)

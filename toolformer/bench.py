@@ -60,8 +60,9 @@ def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
                 call = tuple(rng.randrange(3, vocab) for _ in range(rng.randint(8, 20)))
                 no_result = (0,) + call + (4, 5)
                 with_result = (0,) + call + (4, 6, 7, 8, 5)
-                cands.append((LossRequest((0,), key, pos), LossRequest(no_result, key, pos),
-                              LossRequest(with_result, key, pos)))
+                head = len(call) + 2  # BOS + call + arrow: common to both variants
+                cands.append((LossRequest((0,), key, pos), LossRequest(no_result, key, pos, head),
+                              LossRequest(with_result, key, pos, head)))
     return texts, cands[:n]
 
 
@@ -153,6 +154,41 @@ def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
     return docs / secs
 
 
+PROFILE_GROUPS = {  # aten op name fragments → what they are
+    "matmul": ("addmm", "aten::mm", "bmm", "matmul", "linear"),
+    "attention": ("scaled_dot_product", "flash", "efficient_attention", "_sdpa"),
+    "softmax": ("softmax",),
+    "elementwise": ("mul", "add", "tanh", "pow", "where", "gelu", "silu", "layer_norm", "rsqrt", "mean", "div",
+                    "sub", "neg", "exp", "cos", "sin"),
+    "index/copy": ("index", "gather", "copy_", "cat", "to_copy", "contiguous", "clone", "embedding"),
+}
+
+
+def profile_filter(scorer, requests, texts, device) -> dict:
+    """Where the filter's time goes: torch.profiler's self time of the aten ops
+    by group, and the share of wall time outside any op (Python, batching)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        _, secs = timed(lambda: scorer.losses(requests, texts), device)
+    attr = "self_device_time_total" if device.type == "cuda" else "self_cpu_time_total"
+    shares: dict[str, float] = {g: 0.0 for g in PROFILE_GROUPS}
+    shares["other ops"] = 0.0
+    events = [e for e in prof.key_averages() if e.key.startswith("aten::")]
+    for e in events:
+        group = next((g for g, keys in PROFILE_GROUPS.items() if any(k in e.key for k in keys)), "other ops")
+        shares[group] += getattr(e, attr, 0.0) / 1e6
+    ops = sum(shares.values())
+    out = {g: round(v / secs, 3) for g, v in shares.items()}
+    out["outside ops"] = round(max(0.0, secs - ops) / secs, 3)
+    top = sorted(events, key=lambda e: -getattr(e, attr, 0.0))[:8]
+    print("profile of one filter pass (self time, share of wall):")
+    for e in top:
+        print(f"  {e.key:<40} {getattr(e, attr, 0.0) / 1e6 / secs:6.1%}  ({e.count} calls)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="toolformer bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="small", choices=sorted(MODELS), help="model shape built in code")
@@ -165,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample-docs", type=int, default=16, help="documents for the sampler benchmark")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny model, small N: under a minute on 2 cores")
+    p.add_argument("--profile", action="store_true", help="also profile one filter pass (torch.profiler)")
+    p.add_argument("--no-share", action="store_true", help="filter without shared rows and key/value caches")
     a = p.parse_args(argv)
     from toolformer.modeling import resolve_device, resolve_dtype, set_threads
     from toolformer.scoring import LossScorer
@@ -179,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     texts, cands = make_requests(a.candidates, vocab, a.per_position)
     requests = [r for c in cands for r in c]
 
-    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens)
+    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens, share_rows=not a.no_share)
     scorer.losses(requests[:30], texts)  # warm-up
     scorer.tokens_scored = scorer.rows_scored = 0
     _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
@@ -193,13 +231,15 @@ def main(argv: list[str] | None = None) -> int:
     s_plain = bench_sample(model, device, a.sample_docs, False) if vocab >= 600 else None
     result = {
         "model": a.model, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-        "N": len(cands), "filter_tokens": scorer.tokens_scored, "filter_tokens_per_s": round(filter_tps),
+        "N": len(cands), "share": not a.no_share, "filter_tokens": scorer.tokens_scored, "filter_tokens_per_s": round(filter_tps),
         "filter_candidates_per_s": round(filter_cps, 1), "limit_tokens_per_s": round(limit_tps),
         "naive_candidates_per_s": round(naive_cps, 2), "reference_candidates_per_s": round(reference_cps, 2), "sample_docs_per_s_cache": s_cache and round(s_cache, 2),
         "sample_docs_per_s_no_cache": s_plain and round(s_plain, 2),
         "filter_over_limit": round(filter_tps / limit_tps, 3), "filter_over_naive": round(filter_cps / naive_cps, 1),
         "sample_cache_speedup": s_cache and round(s_cache / s_plain, 2),
     }
+    if a.profile:
+        result["profile"] = profile_filter(scorer, requests, texts, device)
     print(f"limit {limit_tps:,.0f} tok/s | filter {filter_tps:,.0f} tok/s, {filter_cps:,.1f} cand/s | "
           f"naive {naive_cps:,.2f} cand/s | reference {reference_cps:,.2f} cand/s | sample {s_cache} vs {s_plain} docs/s")
     print(json.dumps(result))

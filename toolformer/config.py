@@ -154,6 +154,9 @@ class FilterConfig:
     """Dtype of the model while filtering (float32 on CPU; bfloat16 on GPU); log-softmax is always float32."""
     prefix_separator: str = "\n"
     """Text between the call z and the document when z is the prefix of L_i(z)."""
+    share: bool = True
+    """Share work between requests: one row per prefix and document, and the key/value cache of the head common
+    to e(c, ε) and e(c, r). The losses are the same either way (tested); false is for comparisons."""
 
 
 @dataclass
@@ -411,7 +414,7 @@ class PretrainConfig:
     output_dir: str = ""
     """Folder of the pre-trained base model and its tokenizer; empty = RUN_DIR/base-model."""
     arch: str = "llama"
-    """llama (rotary positions: copying appears ~1.5x sooner here) or gpt2 (learned positions)."""
+    """llama (rotary positions: copying appears sooner here) or gpt2 (learned positions)."""
     vocab_size: int = 900
     """BPE vocabulary trained on the world's texts (one token per digit)."""
     hidden: int = 128
@@ -424,10 +427,13 @@ class PretrainConfig:
     """Longest sequence the model accepts, in tokens (the annotation documents are shorter)."""
     seq_len: int = 128
     """Length of the packed training sequences, in tokens (each starts with BOS)."""
+    packing: str = "stream"
+    """stream: documents back to back, each after BOS, rows cut anywhere (no padding); whole: a document that
+    fits a row is never split (rows padded; 25 % of the world's tokens become padding)."""
     batch_size: int = 32
     """Sequences per optimizer step."""
-    max_steps: int = 2000
-    """Optimizer steps (copying from a prefix appears after ~1,200 steps of 32x128 tokens)."""
+    max_steps: int = 3000
+    """Optimizer steps (copying from a prefix appears between steps 1,500 and 1,750 of 32x128 tokens)."""
     learning_rate: float = 3e-3
     """Peak learning rate, cosine decay after warm-up."""
     warmup_ratio: float = 0.05
@@ -442,12 +448,17 @@ class PretrainConfig:
     """torch CPU threads; 0 = one per core (a tiny model gains little from two, and stalls when a core is busy)."""
     probe_items: int = 200
     """Items of each copy probe (Calculator, QA) and of the base model's eval_math check; 0 = no probe."""
+    shipped: str = "data/world-base"
+    """A base model `toolformer pretrain` made, copied instead of training when its pretrain.json records this
+    config's key and max_steps and its weights hash checks out; empty = always train."""
 
     def validate(self) -> None:
         if self.arch not in ("gpt2", "llama"):
             raise ValueError(f"arch: {self.arch!r} is not one of gpt2, llama")
         if self.hidden % self.heads:
             raise ValueError(f"hidden: {self.hidden} is not a multiple of heads ({self.heads})")
+        if self.packing not in ("stream", "whole"):
+            raise ValueError(f"packing: {self.packing!r} is not one of stream, whole")
         if self.seq_len > self.positions:
             raise ValueError(f"seq_len: {self.seq_len} exceeds positions ({self.positions})")
 

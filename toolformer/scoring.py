@@ -14,6 +14,9 @@ What is shared:
   document, or one call proposed at several positions) share one row cut after
   the last weighted token of the furthest position: the model is causal, so
   the losses at the earlier positions are the same as in their own rows;
+* requests that declare a shared head (``shared``: the first tokens of the
+  prefix, e.g. BOS + ``[Calculator(3 + 4) →`` common to e(c, ε) and e(c, r))
+  run the head once and continue each row from its key/value cache;
 * rows are grouped by length, batched by a token budget and left-padded; the
   vocabulary projection runs only on the positions that predict weighted
   tokens (the model body's last hidden states are gathered first), so no
@@ -29,7 +32,10 @@ from dataclasses import dataclass
 import torch
 
 from toolformer.losses import loss_weights
-from toolformer.sampler import batches_by_budget
+from toolformer.modeling import cache_kwarg, output_cache
+from toolformer.sampler import _left_pad, batches_by_budget
+
+MIN_SHARED = 4  # shorter common heads are not worth a second forward
 
 
 @dataclass(frozen=True)
@@ -37,6 +43,7 @@ class LossRequest:
     prefix: tuple[int, ...]  # [BOS] + tokens(z)
     text_key: str  # identifies the text (doc_id)
     position: int  # token index i of x_i
+    shared: int = 0  # leading prefix tokens other requests may share (their key/value cache is reused); 0 = none
 
 
 def build_row(prefix: tuple[int, ...], text_ids: list[int], position: int, horizon: int, window: int) -> tuple[list[int], int]:
@@ -55,6 +62,7 @@ def build_row(prefix: tuple[int, ...], text_ids: list[int], position: int, horiz
 class Row:
     ids: list[int]
     targets: list[tuple[int, int, int]]  # (request index, row index of its first weighted token, h)
+    shared: int = 0  # leading tokens that may come from a head's cache (< len(prefix): no target is predicted there)
 
 
 def body_and_head(model):
@@ -103,53 +111,122 @@ class LossScorer:
             text = texts[key]
             single = [build_row(prefix, text, unique[k].position, self.horizon, self.window) for k in ks]
             end = max(unique[k].position + h for k, (_, h) in zip(ks, single))
+            shared = min(max(unique[k].shared for k in ks), len(prefix) - 1) if self.split is not None else 0
             if self.split is not None and len(ks) > 1 and len(prefix) + end <= self.window:
                 rows.append(Row(list(prefix) + text[:end],
-                                [(k, len(prefix) + unique[k].position, h) for k, (_, h) in zip(ks, single)]))
+                                [(k, len(prefix) + unique[k].position, h) for k, (_, h) in zip(ks, single)], shared))
             else:
-                rows += [Row(row, [(k, len(row) - h, h)]) for k, (row, h) in zip(ks, single)]
+                rows += [Row(row, [(k, len(row) - h, h)], shared) for k, (row, h) in zip(ks, single)]
         return rows
+
+    def plan(self, rows: list[Row]) -> tuple[list[list[int]], list[tuple[list[int], list[list[int]]]]]:
+        """Batches of plain rows, and batches of (heads, rows continuing each
+        head): rows whose first ``shared`` tokens are the same as another's."""
+        heads: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for g, row in enumerate(rows):
+            if row.shared >= MIN_SHARED:
+                heads[tuple(row.ids[: row.shared])].append(g)
+        shared_groups = []
+        for gs in heads.values():  # a group larger than the budget is split; each part runs its head
+            per_batch = max(2, self.batch_tokens // max(len(rows[g].ids) for g in gs))
+            parts = [gs[k : k + per_batch] for k in range(0, len(gs), per_batch)]
+            shared_groups += [part for part in parts if len(part) > 1]
+        in_shared = {g for gs in shared_groups for g in gs}
+        plain = [g for g in range(len(rows)) if g not in in_shared]
+        plain_batches = [[plain[k] for k in b] for b in batches_by_budget([len(rows[g].ids) for g in plain],
+                                                                          self.batch_tokens)]
+        # Head groups in order of their longest continuation; a batch holds whole groups within the budget.
+        shared_groups.sort(key=lambda gs: max(len(rows[g].ids) for g in gs))
+        head_batches, cur, longest, n = [], [], 0, 0
+        for gs in shared_groups:
+            longest_new = max(longest, max(len(rows[g].ids) for g in gs))
+            if cur and longest_new * (n + len(gs)) > self.batch_tokens:
+                head_batches.append(cur)
+                cur, longest_new, n = [], max(len(rows[g].ids) for g in gs), 0
+            cur.append(gs)
+            longest, n = longest_new, n + len(gs)
+        if cur:
+            head_batches.append(cur)
+        return plain_batches, [([gs[0] for gs in b], b) for b in head_batches]
 
     @torch.no_grad()
     def losses(self, requests: list[LossRequest], texts: dict[str, list[int]]) -> dict[LossRequest, float]:
         unique = list(dict.fromkeys(requests))
         rows = self.rows(unique, texts)
         loss = torch.zeros(len(unique), dtype=torch.float64)
-        for group in batches_by_budget([len(r.ids) for r in rows], self.batch_tokens):
-            width = max(len(rows[g].ids) for g in group)
-            ids = torch.full((len(group), width), self.pad_id, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            b_idx, t_idx, target, weight, owner = [], [], [], [], []
-            for b, g in enumerate(group):
-                row = rows[g]
-                pad = width - len(row.ids)
-                ids[b, pad:] = torch.tensor(row.ids)
-                mask[b, pad:] = 1
-                self.tokens_scored += len(row.ids)
-                self.rows_scored += 1
-                for k, first, h in row.targets:
-                    for t in range(h):  # x_{i+t} is predicted at the index before it; x_i gets w_0 whatever h is
-                        b_idx.append(b)
-                        t_idx.append(pad + first + t - 1)
-                        target.append(row.ids[first + t])
-                        weight.append(self.weights[t])
-                        owner.append(k)
-            ids, mask = ids.to(self.device), mask.to(self.device)
-            position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
-            t_idx = torch.tensor(t_idx)
-            if self.split is not None:
-                body, head = self.split
-                hidden = body(input_ids=ids, attention_mask=mask, position_ids=position_ids,
-                              use_cache=False).last_hidden_state
-                logits = head(hidden[torch.tensor(b_idx, device=self.device), t_idx.to(self.device)])
-            else:  # every row ends with its targets: the last horizon + 1 positions hold them
-                keep = self.horizon + 1 if self.keep_arg else width
-                kwargs = {"logits_to_keep": keep} if self.keep_arg else {}
-                out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False,
-                                 **kwargs).logits[:, -keep:]
-                logits = out[torch.tensor(b_idx, device=self.device), (t_idx - (width - keep)).to(self.device)]
-            self.forwards += 1
-            logp = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the model dtype
-            tlogp = logp.gather(-1, torch.tensor(target, device=self.device)[:, None]).squeeze(-1).cpu().double()
-            loss.index_add_(0, torch.tensor(owner), -torch.tensor(weight, dtype=torch.float64) * tlogp)
+        plain_batches, head_batches = self.plan(rows)
+        for group in plain_batches:
+            self._score(rows, group, loss)
+        for heads, groups in head_batches:
+            self._score_shared(rows, heads, groups, loss)
         return {r: float(loss[k]) for k, r in enumerate(unique)}
+
+    def _targets(self, rows: list[Row], group: list[int], skip: list[int], pads: list[int]):
+        """Flat lists of (row in batch, index of the position predicting it, target token, weight, request)."""
+        b_idx, t_idx, target, weight, owner = [], [], [], [], []
+        for b, g in enumerate(group):
+            row = rows[g]
+            for k, first, h in row.targets:
+                for t in range(h):  # x_{i+t} is predicted at the index before it; x_i gets w_0 whatever h is
+                    b_idx.append(b)
+                    t_idx.append(pads[b] + first + t - 1 - skip[b])
+                    target.append(row.ids[first + t])
+                    weight.append(self.weights[t])
+                    owner.append(k)
+        return b_idx, t_idx, target, weight, owner
+
+    def _accumulate(self, logits: torch.Tensor, target: list[int], weight: list[float], owner: list[int],
+                    loss: torch.Tensor) -> None:
+        logp = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the model dtype
+        tlogp = logp.gather(-1, torch.tensor(target, device=self.device)[:, None]).squeeze(-1).cpu().double()
+        loss.index_add_(0, torch.tensor(owner), -torch.tensor(weight, dtype=torch.float64) * tlogp)
+        self.forwards += 1
+
+    def _score(self, rows: list[Row], group: list[int], loss: torch.Tensor) -> None:
+        seqs = [rows[g].ids for g in group]
+        ids, mask = _left_pad(seqs, self.pad_id, self.device)
+        pads = [ids.shape[1] - len(x) for x in seqs]
+        self.tokens_scored += sum(map(len, seqs))
+        self.rows_scored += len(seqs)
+        b_idx, t_idx, target, weight, owner = self._targets(rows, group, [0] * len(group), pads)
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        b_idx, t_idx = torch.tensor(b_idx, device=self.device), torch.tensor(t_idx)
+        width = ids.shape[1]
+        if self.split is not None:
+            body, head = self.split
+            hidden = body(input_ids=ids, attention_mask=mask, position_ids=position_ids,
+                          use_cache=False).last_hidden_state
+            logits = head(hidden[b_idx, t_idx.to(self.device)])
+        else:  # every row ends with its targets: the last horizon + 1 positions hold them
+            keep = self.horizon + 1 if self.keep_arg else width
+            kwargs = {"logits_to_keep": keep} if self.keep_arg else {}
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False,
+                             **kwargs).logits[:, -keep:]
+            logits = out[b_idx, (t_idx - (width - keep)).to(self.device)]
+        self._accumulate(logits, target, weight, owner, loss)
+
+    def _score_shared(self, rows: list[Row], heads: list[int], groups: list[list[int]], loss: torch.Tensor) -> None:
+        """Run each head once (use_cache), then every row's rest after its head's cache."""
+        body, head = self.split
+        head_seqs = [rows[g].ids[: rows[g].shared] for g in heads]
+        h_ids, h_mask = _left_pad(head_seqs, self.pad_id, self.device)
+        out = body(input_ids=h_ids, attention_mask=h_mask, position_ids=(h_mask.cumsum(-1) - 1).clamp(min=0),
+                   use_cache=True)
+        cache = output_cache(out)
+        members = [g for gs in groups for g in gs]
+        which = torch.tensor([h for h, gs in enumerate(groups) for _ in gs], device=self.device)
+        cache.batch_select_indices(which)  # one copy of its head's keys/values per row
+        tails = [rows[g].ids[rows[g].shared :] for g in members]
+        t_ids, t_mask = _left_pad(tails, self.pad_id, self.device)
+        offset = torch.tensor([len(head_seqs[h]) for h, gs in enumerate(groups) for _ in gs], device=self.device)
+        position_ids = offset[:, None] + (t_mask.cumsum(-1) - 1).clamp(min=0)
+        attention_mask = torch.cat([h_mask[which], t_mask], dim=1)
+        hidden = body(input_ids=t_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
+                      **{cache_kwarg(body): cache}).last_hidden_state
+        self.tokens_scored += sum(map(len, head_seqs)) + sum(map(len, tails))
+        self.rows_scored += len(members)
+        pads = [t_ids.shape[1] - len(t) for t in tails]
+        b_idx, t_idx, target, weight, owner = self._targets(rows, members, [rows[g].shared for g in members], pads)
+        logits = head(hidden[torch.tensor(b_idx, device=self.device), torch.tensor(t_idx, device=self.device)])
+        self._accumulate(logits, target, weight, owner, loss)
+

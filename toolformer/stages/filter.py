@@ -29,6 +29,14 @@ def tau_for(cfg: PipelineConfig, tool: str) -> float:
     return cfg.filter.per_tool_tau.get(tool, cfg.filter.tau_filter)
 
 
+def common_head(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """Length of the common first tokens of two prefixes (BOS + the call up to its result)."""
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
 class CandidateScorer:
     """Turns executed records into filter records (losses and ``kept``)."""
 
@@ -37,7 +45,7 @@ class CandidateScorer:
         self.style = get_style(cfg.calls.style)
         self.bos = tuple(bos_ids(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
-                                 cfg.filter.horizon, cfg.filter.batch_tokens)
+                                 cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share)
         self._texts: dict[str, list[int]] = {}
 
     def text_ids(self, doc_id: str) -> list[int]:
@@ -59,7 +67,11 @@ class CandidateScorer:
                 continue
             with_result = self.style.render(r["tool"], r["input"], r["result"])
             no_result = self.style.render(r["tool"], r["input"], "")
-            reqs = tuple(LossRequest(self.prefix(z), r["doc_id"], r["position"]) for z in (None, no_result, with_result))
+            p_no, p_with = self.prefix(no_result), self.prefix(with_result)
+            head = common_head(p_no, p_with) if self.cfg.filter.share else 0
+            doc, pos = r["doc_id"], r["position"]
+            reqs = (LossRequest(self.bos, doc, pos), LossRequest(p_no, doc, pos, head),
+                    LossRequest(p_with, doc, pos, head))
             requests += reqs
             plan.append((reqs, with_result, no_result))
         texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}
