@@ -118,6 +118,23 @@ def test_plain_documents_dropped_mixed_or_kept(tmp_path):
     assert load(cfg_drop)["doc_id"] == ["d2"]
 
 
+def test_plain_mix_may_draw_from_plain_path(tmp_path):
+    extra = tmp_path / "pretraining.jsonl"
+    extra.write_text("".join(json.dumps({"text": f"Old text number {n}."}) + "\n" for n in range(20)))
+    cfg = make_run(tmp_path / "a", [RECORDS[3]], plain_ratio=6.0, plain_path=str(extra))
+    m = run_stage(cfg)
+    ds = load(cfg)
+    assert m["counts"]["augmented"] == 1 and m["counts"]["plain"] == 6 and len(ds) == 7
+    from_extra = [r for r in ds if r["doc_id"].startswith("plain:")]
+    assert from_extra and all(r["text"].startswith("Old text number") and not r["augmented"] for r in from_extra)
+    # A line without text names the file and line; nothing is written.
+    extra.write_text(json.dumps({"text": "fine"}) + "\n" + json.dumps({"body": "no text"}) + "\n")
+    cfg_bad = make_run(tmp_path / "b", [RECORDS[3]], plain_ratio=1.0, plain_path=str(extra))
+    with pytest.raises(ValueError, match=r"pretraining.jsonl:2: build.plain_path"):
+        run_stage(cfg_bad)
+    assert not (tmp_path / "b" / "run" / "build" / "manifest.json").exists()
+
+
 def test_bad_records(tmp_path):
     bad = dict(RECORDS[0], doc_id="nope")
     cfg = make_run(tmp_path / "a", [bad, RECORDS[3]])

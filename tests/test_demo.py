@@ -58,3 +58,19 @@ def test_results_json_has_the_rows_and_fields(demo_run):
     assert results["rows"]["toolformer_disabled"]["call_rate"] == 0
     assert {"world", "pretrain", "sample", "filter", "finetune", "evaluate", "total"} <= set(results["wall_seconds"])
     assert set(results["kept_calls"]) == {"Calculator", "QA"} and sum(results["kept_calls"].values()) > 0
+
+
+def test_control_data_is_the_build_data_without_calls(demo_run):
+    """The "+ CC" row sees the same documents: augmented ones with their
+    original text, plain ones (annotation or pre-training text) as they are."""
+    import datasets
+
+    run_dir, _ = demo_run
+    built = datasets.load_from_disk(str(run_dir / "build" / "dataset"))
+    control = datasets.load_from_disk(str(run_dir / "control" / "dataset"))
+    assert control["doc_id"] == built["doc_id"]
+    originals = {json.loads(line)["doc_id"]: json.loads(line)["text"]
+                 for line in (run_dir / "sample" / "documents.jsonl").open()}
+    assert any(d.startswith("plain:") for d in built["doc_id"])  # drawn from the pre-training text too
+    for d, aug, text, ctext in zip(built["doc_id"], built["augmented"], built["text"], control["text"]):
+        assert ctext == (originals[d] if aug else text)

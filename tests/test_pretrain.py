@@ -8,7 +8,7 @@ from toolformer.config import PretrainConfig
 from toolformer.world.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
 
 TINY = dict(vocab_size=700, hidden=16, layers=1, heads=2, positions=64, seq_len=32, batch_size=4, max_steps=3,
-            eval_every=2, dev_docs=20, probe_items=6, threads=1)
+            eval_every=2, dev_docs=20, probe_items=6, threads=1, shipped="")
 
 
 @pytest.fixture(scope="module")
@@ -80,12 +80,21 @@ def test_rows_start_with_bos(pretrained):
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
-    rows = pack_with_bos(tok, ["The mill sold 12 sacks."] * 20, 16)  # (N, 16)
+    doc = "The mill sold 12 sacks."
+    n = len(tok(doc, add_special_tokens=False)["input_ids"])
+    rows = pack_with_bos(tok, [doc] * 20, 16, "whole")  # (N, 16)
     assert rows.shape[1] == 16 and bool((rows[:, 0] == tok.bos_token_id).all())
     assert int((rows == tok.bos_token_id).sum()) == 20  # one per document: no document is split across rows
-    long_doc = " ".join(["The mill sold 12 sacks."] * 8)  # longer than a row: split, starting a fresh row
-    rows = pack_with_bos(tok, ["The mill sold 12 sacks.", long_doc], 16)
+    long_doc = " ".join([doc] * 8)  # longer than a row: split, starting a fresh row
+    rows = pack_with_bos(tok, [doc, long_doc], 16, "whole")
     assert bool((rows[:, 0] == tok.bos_token_id).any()) and int((rows == tok.bos_token_id).sum()) == 2
+    # stream: no padding inside, every row starts with BOS, every document is preceded by one
+    rows = pack_with_bos(tok, [doc] * 20, 16)
+    assert bool((rows[:, 0] == tok.bos_token_id).all())
+    body = rows[:, 1:].reshape(-1)
+    real = body[body >= 0]
+    assert len(real) == 20 * (n + 1) and int((real == tok.bos_token_id).sum()) == 20
+    assert bool((body[: len(real)] >= 0).all())  # padding only at the very end
 
 
 def test_copy_probe_items_and_losses(pretrained):
@@ -125,3 +134,59 @@ def test_cli_probe_on_the_base_model(pretrained, capsys):
     assert "probe Calculator:" in text and "probe eval_math:" in text
     assert main(["probe", "--model", str(out / "missing"), f"run_dir={cfg.run_dir}"]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_shipped_base_model_is_copied_when_it_matches(pretrained, tmp_path, capsys):
+    """A folder ``toolformer pretrain`` made is used instead of training when
+    its record matches the config; another config trains; damaged weights are
+    an error naming the file."""
+    import dataclasses
+    import filecmp
+    import shutil
+
+    from toolformer.world.pretrain import pretrain_base_model
+
+    cfg, out = pretrained
+    shipped = tmp_path / "shipped"
+    shutil.copytree(out, shipped, ignore=shutil.ignore_patterns("checkpoints"))
+    use = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, shipped=str(shipped),
+                                                                output_dir=str(tmp_path / "copy")))
+    assert pretrain_base_model(use) == tmp_path / "copy"
+    assert "using the shipped base model" in capsys.readouterr().out
+    for name in ("model.safetensors", "tokenizer.json", "pretrain.json"):
+        assert filecmp.cmp(shipped / name, tmp_path / "copy" / name, shallow=False)
+    assert not (tmp_path / "copy" / "checkpoints").exists()  # copied, not trained
+
+    other = dataclasses.replace(use, pretrain=dataclasses.replace(use.pretrain, learning_rate=1e-3,
+                                                                  output_dir=str(tmp_path / "other")))
+    pretrain_base_model(other)
+    assert "trained with another config" in capsys.readouterr().out
+    assert (tmp_path / "other" / "checkpoints").exists()  # trained
+
+    (shipped / "model.safetensors").write_bytes(b"damaged")
+    again = dataclasses.replace(use, pretrain=dataclasses.replace(use.pretrain, output_dir=str(tmp_path / "c2")))
+    with pytest.raises(ValueError, match="model.safetensors: sha256"):
+        pretrain_base_model(again)
+
+
+def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
+    """data/world-base is what `toolformer pretrain --config configs/demo.yaml`
+    records for today's code and config: same key, steps and weights hash."""
+    from pathlib import Path
+
+    from toolformer.config import PipelineConfig
+    from toolformer.configuration import load_config
+    from toolformer.world.generator import generate_world, world_paths
+    from toolformer.world.pretrain import pretrain_key, sha256_file
+
+    root = Path(__file__).resolve().parent.parent
+    cfg = load_config(PipelineConfig, root / "configs" / "demo.yaml")
+    shipped = root / cfg.pretrain.shipped
+    record = json.loads((shipped / "pretrain.json").read_text())
+    assert record["key"] == pretrain_key(cfg), "the demo config changed: retrain data/world-base (see README)"
+    assert record["steps"] == cfg.pretrain.max_steps
+    assert record["model_sha256"] == sha256_file(shipped / "model.safetensors")
+    cfg.run_dir, cfg.world.output_dir = str(tmp_path), ""
+    generate_world(cfg)
+    assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"]), \
+        "the world generator changed: retrain data/world-base (see README)"

@@ -21,6 +21,7 @@ import argparse
 import json
 import random
 import time
+from pathlib import Path
 
 import torch
 
@@ -189,6 +190,39 @@ def profile_filter(scorer, requests, texts, device) -> dict:
     return out
 
 
+def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
+    """The filter on the first ``n`` executed calls of a real run folder with no
+    sharing, shared rows, and shared rows + heads: seconds, tokens, kept."""
+    import itertools
+
+    from toolformer.config import PipelineConfig
+    from toolformer.configuration import load_config
+    from toolformer.modeling import load
+    from toolformer.runfolder import Stage, read_documents
+    from toolformer.stages.filter import CandidateScorer
+
+    cfg = load_config(PipelineConfig, config, [])
+    if cfg.run_dir and (Path(cfg.run_dir) / "world").exists():  # the small world: model and texts from the demo
+        from toolformer.demo import world_config
+
+        cfg = world_config(cfg)
+    model, tok = load(cfg.model, cfg.calls)
+    records = list(itertools.islice(Stage(cfg.run_dir, "execute").records(), n))
+    docs = read_documents(cfg.run_dir)
+    out: dict[str, dict] = {}
+    for _ in range(repeats):
+        for mode, rows, heads in (("none", False, False), ("rows", True, False), ("rows+heads", True, True)):
+            cfg.filter.share, cfg.filter.share_heads = rows, heads
+            scorer = CandidateScorer(cfg, model, tok, docs)
+            scored, secs = timed(lambda s=scorer: s.score(records), scorer.scorer.device)
+            best = out.get(mode, {}).get("seconds", float("inf"))
+            out[mode] = {"seconds": round(min(best, secs), 2), "tokens": scorer.scorer.tokens_scored,
+                         "kept": sum(r["kept"] for r in scored)}
+    print(f"filter on {len(records):,} calls of {cfg.run_dir} (best of {repeats}): " + "; ".join(
+        f"{m} {v['seconds']} s, {v['tokens']:,} tokens" for m, v in out.items()))
+    return {"run": cfg.run_dir, "calls": len(records), **out}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="toolformer bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="small", choices=sorted(MODELS), help="model shape built in code")
@@ -202,7 +236,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny model, small N: under a minute on 2 cores")
     p.add_argument("--profile", action="store_true", help="also profile one filter pass (torch.profiler)")
-    p.add_argument("--no-share", action="store_true", help="filter without shared rows and key/value caches")
+    p.add_argument("--no-share", action="store_true", help="filter with one row per request (no shared rows)")
+    p.add_argument("--share-heads", action="store_true",
+                   help="also share the key/value cache of the head common to e(c, ε) and e(c, r)")
+    p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
+                   "--candidates executed calls of this config's run folder (e.g. configs/demo.yaml after the demo)")
     a = p.parse_args(argv)
     from toolformer.modeling import resolve_device, resolve_dtype, set_threads
     from toolformer.scoring import LossScorer
@@ -210,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick:
         a.model, a.candidates, a.naive_n, a.sample_docs = "tiny", 600, 20, 8
     set_threads(a.threads)
+    if a.run_config:
+        print(json.dumps(bench_run_sharing(a.run_config, a.candidates)))
+        return 0
     device = resolve_device(a.device)
     dtype = resolve_dtype(a.dtype, device)
     model, vocab = build_model(a.model, dtype, device)
@@ -217,7 +258,8 @@ def main(argv: list[str] | None = None) -> int:
     texts, cands = make_requests(a.candidates, vocab, a.per_position)
     requests = [r for c in cands for r in c]
 
-    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens, share_rows=not a.no_share)
+    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens, share_rows=not a.no_share,
+                        share_heads=a.share_heads)
     scorer.losses(requests[:30], texts)  # warm-up
     scorer.tokens_scored = scorer.rows_scored = 0
     _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
@@ -231,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     s_plain = bench_sample(model, device, a.sample_docs, False) if vocab >= 600 else None
     result = {
         "model": a.model, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-        "N": len(cands), "share": not a.no_share, "filter_tokens": scorer.tokens_scored, "filter_tokens_per_s": round(filter_tps),
+        "N": len(cands), "share_rows": not a.no_share, "share_heads": a.share_heads and not a.no_share, "filter_tokens": scorer.tokens_scored, "filter_tokens_per_s": round(filter_tps),
         "filter_candidates_per_s": round(filter_cps, 1), "limit_tokens_per_s": round(limit_tps),
         "naive_candidates_per_s": round(naive_cps, 2), "reference_candidates_per_s": round(reference_cps, 2), "sample_docs_per_s_cache": s_cache and round(s_cache, 2),
         "sample_docs_per_s_no_cache": s_plain and round(s_plain, 2),

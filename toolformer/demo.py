@@ -34,6 +34,8 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
     cfg.tools.collection = str(paths["collection"])
     cfg.tools.knowledge = str(paths["knowledge"])
     cfg.evaluate.perplexity_path = str(paths["heldout"])
+    if cfg.demo.plain_from_pretraining and not cfg.build.plain_path:
+        cfg.build.plain_path = str(paths["pretrain"])
     if not cfg.evaluate.tasks:
         cfg.evaluate.tasks = [
             TaskConfig(name="arithmetic", path=str(paths["eval_math"]), format="svamp", kind="math",
@@ -44,19 +46,26 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
 
 
 def control_dataset(cfg: PipelineConfig) -> Path:
-    """The build stage's documents with their original text: no calls."""
+    """The build stage's documents with their original text: no calls (the
+    plain ones, from the corpus or build.plain_path, as they are)."""
+    import shutil
+
     import datasets
 
     from toolformer.runfolder import read_documents
 
     out = Path(cfg.run_dir) / "control" / "dataset"
-    if (out / "dataset_info.json").exists():
-        return out
     docs = read_documents(cfg.run_dir)
     built = datasets.load_from_disk(str(Path(cfg.run_dir) / "build" / "dataset"))
-    rows = [{"text": docs[d]["text"], "doc_id": d, "augmented": False} for d in built["doc_id"]]
+    rows = [{"text": docs[d]["text"] if aug else text, "doc_id": d, "augmented": False}
+            for d, aug, text in zip(built["doc_id"], built["augmented"], built["text"])]
+    # Made again every time (a second or two): it must follow the build stage's data set.
     tmp = out.with_name(out.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
     datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
+    if out.exists():
+        shutil.rmtree(out)
     tmp.rename(out)
     return out
 

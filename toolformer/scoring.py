@@ -87,7 +87,7 @@ class LossScorer:
     """Computes L_i(z) for many requests on one model."""
 
     def __init__(self, model, pad_id: int, window: int, horizon: int = 5, batch_tokens: int = 16384,
-                 share_rows: bool = True):
+                 share_rows: bool = True, share_heads: bool = True):
         self.model = model
         self.device = next(model.parameters()).device
         self.pad_id = pad_id
@@ -98,6 +98,7 @@ class LossScorer:
         self.keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
         # Sharing a row across positions needs logits at any position of it: through the body and head.
         self.split = body_and_head(model) if share_rows else None
+        self.share_heads = share_heads and self.split is not None
         self.tokens_scored = 0  # real (unpadded) tokens sent through the model
         self.rows_scored = 0
         self.forwards = 0
@@ -111,7 +112,7 @@ class LossScorer:
             text = texts[key]
             single = [build_row(prefix, text, unique[k].position, self.horizon, self.window) for k in ks]
             end = max(unique[k].position + h for k, (_, h) in zip(ks, single))
-            shared = min(max(unique[k].shared for k in ks), len(prefix) - 1) if self.split is not None else 0
+            shared = min(max(unique[k].shared for k in ks), len(prefix) - 1) if self.share_heads else 0
             if self.split is not None and len(ks) > 1 and len(prefix) + end <= self.window:
                 rows.append(Row(list(prefix) + text[:end],
                                 [(k, len(prefix) + unique[k].position, h) for k, (_, h) in zip(ks, single)], shared))

@@ -11,7 +11,8 @@ Choices, in order:
 2. Per tool at most ``build.max_per_tool`` calls, the highest margins first.
 3. Documents left without a call are dropped (``build.drop_without_calls``),
    except ``build.plain_ratio`` plain documents per augmented one, drawn with
-   the run's seed; ``drop_without_calls: false`` keeps all of them.
+   the run's seed from them and the documents of ``build.plain_path``;
+   ``drop_without_calls: false`` keeps all of them.
 
 Writes ``RUN_DIR/build/dataset`` (``datasets.save_to_disk``; columns ``text``,
 ``doc_id``, ``augmented``, ``calls`` as a JSON list), ``augmented.jsonl`` to
@@ -127,6 +128,16 @@ def plain(doc: dict) -> dict:
     return {"text": doc["text"], "doc_id": str(doc["doc_id"]), "augmented": False, "calls": "[]"}
 
 
+def read_plain(path: str) -> list[dict]:
+    """The documents of ``build.plain_path``: id ``plain:<line>`` unless the line has an ``id``."""
+    docs = []
+    for n, rec in iter_jsonl(path):
+        if not isinstance(rec.get("text"), str) or not rec["text"].strip():
+            raise ValueError(f"{path}:{n}: build.plain_path: no non-empty 'text' field")
+        docs.append({"doc_id": str(rec.get("id", f"plain:{n}")), "text": rec["text"]})
+    return docs
+
+
 def choose_plain(pool: list[dict], n_augmented: int, cfg: PipelineConfig) -> list[dict]:
     """Documents without calls to keep: all of them, or ``plain_ratio`` per
     augmented one drawn with the seed (in corpus order)."""
@@ -193,11 +204,16 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
             augmented_rows.append(augment(doc, calls_by_doc[doc_id], cfg.calls.separator))
         else:
             pool.append(doc)
-    plain_docs = {str(d["doc_id"]) for d in choose_plain(pool, len(augmented_rows), cfg)}
+    extra = read_plain(cfg.build.plain_path) if cfg.build.plain_path else []
+    clash = next((d["doc_id"] for d in extra if d["doc_id"] in docs_by_id), None)
+    if clash is not None:
+        raise ValueError(f"{cfg.build.plain_path}: id {clash!r} is also a corpus document id")
+    chosen = {str(d["doc_id"]): d for d in choose_plain(pool + extra, len(augmented_rows), cfg)}
     aug_by_id = {r["doc_id"]: r for r in augmented_rows}
-    # Corpus order, augmented and plain documents interleaved as they come.
+    # Corpus order, augmented and plain documents interleaved as they come; then the chosen extra ones.
     rows = [aug_by_id[i] if i in aug_by_id else plain(docs_by_id[i])
-            for i in docs_by_id if i in aug_by_id or i in plain_docs]
+            for i in docs_by_id if i in aug_by_id or i in chosen]
+    rows += [plain(d) for d in extra if d["doc_id"] in chosen]
 
     save_dataset(rows, run.stage.dir / DATASET)
     fault_point("build", 1)  # kill-and-resume tests: dies with the data set written, manifest not

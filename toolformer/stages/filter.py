@@ -45,7 +45,8 @@ class CandidateScorer:
         self.style = get_style(cfg.calls.style)
         self.bos = tuple(bos_ids(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
-                                 cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share)
+                                 cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share,
+                                 share_heads=cfg.filter.share_heads)
         self._texts: dict[str, list[int]] = {}
 
     def text_ids(self, doc_id: str) -> list[int]:
@@ -68,7 +69,7 @@ class CandidateScorer:
             with_result = self.style.render(r["tool"], r["input"], r["result"])
             no_result = self.style.render(r["tool"], r["input"], "")
             p_no, p_with = self.prefix(no_result), self.prefix(with_result)
-            head = common_head(p_no, p_with) if self.cfg.filter.share else 0
+            head = common_head(p_no, p_with) if self.cfg.filter.share_heads else 0
             doc, pos = r["doc_id"], r["position"]
             reqs = (LossRequest(self.bos, doc, pos), LossRequest(p_no, doc, pos, head),
                     LossRequest(p_with, doc, pos, head))

@@ -6,11 +6,13 @@
    the tool names: one token per digit; ``[``, ``]``, ``(``, ``)``, ``→`` and
    the tool names single tokens.
 2. A tiny causal LM (width 128, 3 layers, ~0.7M parameters, lr 3e-3 cosine).
-   Llama-shaped by default: with rotary positions, copying from a prefix
-   appeared after ~1,200 steps of 32x128 tokens, with learned positions
-   (GPT-2) after ~1,700, and far from finished at 2,000.
+   Llama-shaped by default (rotary positions learned to copy sooner than
+   GPT-2's learned positions). With the documents packed back to back,
+   copying from a prefix appeared between steps 1,500 and 1,750 of 32x128
+   tokens; packed whole (25 % padding) it was still weak at 2,000.
 3. :func:`toolformer.training.train_causal_lm` on pretrain.jsonl packed into
-   rows that each start with BOS, as every prompt and filter sequence does;
+   rows that each start with BOS, as every prompt and filter sequence does
+   (``pretrain.packing``);
    the best model by dev perplexity (held-out pre-training documents) is kept.
 4. The copy probe (:mod:`toolformer.world.probe`), saved as ``probe.json``.
 
@@ -18,6 +20,11 @@ The folder gets ``pipeline_config.yaml`` (the resolved config) and, last,
 ``pretrain.json``: config key, parameters, steps, wall time, probe numbers and
 the sha256 of the weights. A rerun with the same config returns at once; ``force``
 retrains; a changed ``max_steps`` continues from the last checkpoint.
+
+Pre-training takes longer than the rest of the demo, so the repository ships
+the base model ``configs/demo.yaml`` makes (``data/world-base``, 2.8 MB): when
+its record has this config's key and steps and the weights hash matches, it is
+copied instead of trained (``pretrain.shipped``; ``--force`` trains anyway).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -91,13 +99,19 @@ def build_model(tokenizer, pc):
     return GPT2LMHeadModel(config)
 
 
-def pack_with_bos(tokenizer, texts: list[str], seq_len: int):
-    """Rows of ``seq_len`` tokens, each starting with BOS: every document is
-    preceded by BOS and no document that fits in a row is split across two, so
-    a call note and the answer it announces are always seen together."""
+def pack_with_bos(tokenizer, texts: list[str], seq_len: int, packing: str = "stream"):
+    """Rows of ``seq_len`` tokens, each starting with BOS, every document
+    preceded by BOS. ``stream``: the documents back to back, a row's first BOS
+    added; ``whole``: no document that fits in a row is split across two."""
+    import torch
+
     from toolformer.training import pack_sequences
 
-    return pack_sequences(tokenizer, texts, seq_len, whole_documents=True)  # (N, T)
+    if packing == "whole":
+        return pack_sequences(tokenizer, texts, seq_len, whole_documents=True)  # (N, T)
+    rows = pack_sequences(tokenizer, texts, seq_len - 1)  # (N, T-1)
+    bos = torch.full((rows.shape[0], 1), tokenizer.bos_token_id, dtype=rows.dtype)  # (N, 1)
+    return torch.cat([bos, rows], dim=1)  # (N, T)
 
 
 def _probe_during_training(model, tokenizer, corpus: Path, pc, seed: int):
@@ -129,8 +143,55 @@ def _probe_during_training(model, tokenizer, corpus: Path, pc, seed: int):
 def pretrain_key(cfg: PipelineConfig) -> str:
     """What the base model depends on: the world, the pre-training settings, the seed."""
     pc = {k: v for k, v in vars(cfg.pretrain).items() if k not in ("output_dir", "threads", "probe_items",
-                                                                     "max_steps", "eval_every")}
+                                                                     "max_steps", "eval_every", "shipped")}
     return config_hash({"world": vars(cfg.world) | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def use_shipped(cfg: PipelineConfig, key: str, out: Path) -> bool:
+    """Copy the shipped base model into ``out`` when it was trained with this
+    config (same key and steps) on the same pre-training corpus, and its
+    weights are the ones recorded."""
+    src = Path(cfg.pretrain.shipped)
+    record_path = src / MANIFEST
+    if not cfg.pretrain.shipped or not record_path.exists():
+        return False
+    record = json.loads(record_path.read_text())
+    if record.get("key") != key or record.get("steps") != cfg.pretrain.max_steps:
+        print(f"pretrain: the shipped base model {src} was trained with another config "
+              f"(key {str(record.get('key'))[:12]}, {record.get('steps')} steps; this config: {key[:12]}, "
+              f"{cfg.pretrain.max_steps} steps): training instead")
+        return False
+    paths = world_paths(cfg)
+    summary = json.loads(paths["summary"].read_text()) if paths["summary"].exists() else {}
+    if summary.get("config_hash") != config_hash(cfg.world):
+        generate_world(cfg)  # the stages after pre-training read the world
+    corpus = sha256_file(paths["pretrain"])
+    if record.get("pretrain_corpus_sha256") != corpus:
+        print(f"pretrain: the shipped base model {src} was trained on another pre-training corpus (the world "
+              "generator changed): training instead")
+        return False
+    digest = sha256_file(src / "model.safetensors")
+    if digest != record.get("model_sha256"):
+        raise ValueError(f"{src / 'model.safetensors'}: sha256 {digest} is not the {record.get('model_sha256')} "
+                         f"recorded in {record_path}; restore the file (git checkout {src}) or set "
+                         "pretrain.shipped='' to train the base model")
+    if out.resolve() != src.resolve():
+        out.mkdir(parents=True, exist_ok=True)
+        for f in sorted(src.iterdir(), key=lambda f: f.name == MANIFEST):  # the record last: it marks completion
+            if f.is_file():
+                shutil.copy2(f, out / f.name)
+    print(f"pretrain: using the shipped base model {src} ({record['steps']:,} steps, {record['parameters']:,} "
+          f"parameters, weights sha256 {digest[:12]}, trained in {record['wall_seconds']:.0f} s by "
+          f"`{record['command']}`); --force or pretrain.shipped='' trains it here")
+    return True
 
 
 def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
@@ -144,6 +205,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
         if done.get("key") == key and done.get("steps") == pc.max_steps:
             print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
             return out
+    if not force and use_shipped(cfg, key, out):
+        return out
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
     set_threads(pc.threads)
     from toolformer.stages import seed_everything
@@ -162,8 +225,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
 
     docs = [d["text"] for d in read_texts(paths["pretrain"])]
     n_dev = min(pc.dev_docs, len(docs) // 10)
-    train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len)  # (N, T)
-    dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len) if n_dev else None
+    train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
+    dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None
     model = build_model(tokenizer, pc)
     params = sum(p.numel() for p in model.parameters())
     print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {train_rows.numel():,} training tokens "
@@ -173,8 +236,6 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
                      eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
                      seed=cfg.seed, log_every=10)
     if force and (out / "checkpoints").exists():
-        import shutil
-
         shutil.rmtree(out / "checkpoints")
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key,
                              on_step=_probe_during_training(model, tokenizer, paths["corpus"], pc, cfg.seed))
@@ -189,9 +250,9 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
         atomic_write_text(out / "probe.json", json.dumps(probe, indent=2, ensure_ascii=False) + "\n")
     wall = round(time.perf_counter() - t0, 1)
     atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n" + dump_yaml(cfg))
-    weights = hashlib.sha256((out / "model.safetensors").read_bytes()).hexdigest()
+    weights = sha256_file(out / "model.safetensors")
     record = {"key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
-              "arch": pc.arch, "model_sha256": weights,
+              "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
               "vocab_size": len(tokenizer), "steps": result["steps"], "seq_len": pc.seq_len,
               "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
               "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
