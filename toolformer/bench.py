@@ -261,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens, share_rows=not a.no_share,
                         share_heads=a.share_heads)
     scorer.losses(requests[:30], texts)  # warm-up
-    scorer.tokens_scored = scorer.rows_scored = 0
+    scorer.tokens_scored = scorer.tokens_computed = scorer.rows_scored = 0
     _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
     filter_tps = scorer.tokens_scored / filter_secs
     filter_cps = len(cands) / filter_secs
@@ -273,9 +273,12 @@ def main(argv: list[str] | None = None) -> int:
     s_plain = bench_sample(model, device, a.sample_docs, False) if vocab >= 600 else None
     result = {
         "model": a.model, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-        "N": len(cands), "share_rows": not a.no_share, "share_heads": a.share_heads and not a.no_share, "filter_tokens": scorer.tokens_scored, "filter_tokens_per_s": round(filter_tps),
-        "filter_candidates_per_s": round(filter_cps, 1), "limit_tokens_per_s": round(limit_tps),
-        "naive_candidates_per_s": round(naive_cps, 2), "reference_candidates_per_s": round(reference_cps, 2), "sample_docs_per_s_cache": s_cache and round(s_cache, 2),
+        "N": len(cands), "share_rows": not a.no_share, "share_heads": a.share_heads and not a.no_share,
+        "filter_tokens": scorer.tokens_scored,
+        "filter_padding": round(1 - scorer.tokens_scored / max(1, scorer.tokens_computed), 3),
+        "filter_tokens_per_s": round(filter_tps), "filter_candidates_per_s": round(filter_cps, 1),
+        "limit_tokens_per_s": round(limit_tps), "naive_candidates_per_s": round(naive_cps, 2),
+        "reference_candidates_per_s": round(reference_cps, 2), "sample_docs_per_s_cache": s_cache and round(s_cache, 2),
         "sample_docs_per_s_no_cache": s_plain and round(s_plain, 2),
         "filter_over_limit": round(filter_tps / limit_tps, 3), "filter_over_naive": round(filter_cps / naive_cps, 1),
         "sample_cache_speedup": s_cache and round(s_cache / s_plain, 2),

@@ -100,6 +100,7 @@ class LossScorer:
         self.split = body_and_head(model) if share_rows else None
         self.share_heads = share_heads and self.split is not None
         self.tokens_scored = 0  # real (unpadded) tokens sent through the model
+        self.tokens_computed = 0  # the same with padding
         self.rows_scored = 0
         self.forwards = 0
 
@@ -188,6 +189,7 @@ class LossScorer:
         ids, mask = _left_pad(seqs, self.pad_id, self.device)
         pads = [ids.shape[1] - len(x) for x in seqs]
         self.tokens_scored += sum(map(len, seqs))
+        self.tokens_computed += ids.numel()
         self.rows_scored += len(seqs)
         b_idx, t_idx, target, weight, owner = self._targets(rows, group, [0] * len(group), pads)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -225,6 +227,7 @@ class LossScorer:
         hidden = body(input_ids=t_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                       **{cache_kwarg(body): cache}).last_hidden_state
         self.tokens_scored += sum(map(len, head_seqs)) + sum(map(len, tails))
+        self.tokens_computed += h_ids.numel() + t_ids.numel()
         self.rows_scored += len(members)
         pads = [t_ids.shape[1] - len(t) for t in tails]
         b_idx, t_idx, target, weight, owner = self._targets(rows, members, [rows[g].shared for g in members], pads)
