@@ -35,6 +35,8 @@ def test_overrides_typed_and_nested(tmp_path):
     assert load_config(PipelineConfig, p, ["finetune.learning_rate=3e-3"]).finetune.learning_rate == 0.003
     assert load_config(PipelineConfig, p, ["model.path=1e5"]).model.path == "1e5"  # strings stay strings
     with pytest.raises(ConfigError, match="filter.tau_filter: expected a number"):
+        load_config(PipelineConfig, p, ["filter.tau_filter=nan"])  # only exponent notation becomes a number
+    with pytest.raises(ConfigError, match="filter.tau_filter: expected a number"):
         load_config(PipelineConfig, p, ["filter.tau_filter=high"])
     with pytest.raises(ConfigError, match="expected key=value"):
         load_config(PipelineConfig, p, ["filter.tau_filter"])

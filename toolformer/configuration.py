@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 import types
 import typing
 from pathlib import Path
@@ -105,17 +106,17 @@ def to_dict(obj: Any) -> Any:
     return dataclasses.asdict(obj)
 
 
+_EXPONENT = re.compile(r"[-+]?\d+(\.\d*)?[eE][-+]?\d+")
+
+
 def _parse_scalar(text: str) -> Any:
     """Override values are YAML scalars: ``0.5``, ``true``, ``[a, b]``, ``null``."""
     try:
         value = yaml.safe_load(text) if text != "" else ""
     except yaml.YAMLError:
         return text
-    if isinstance(value, str):
-        try:
-            return float(value)  # YAML 1.1 reads `3e-3` as a string
-        except ValueError:
-            pass
+    if isinstance(value, str) and _EXPONENT.fullmatch(value):
+        return float(value)  # YAML 1.1 reads `3e-3` (no dot) as a string
     return value
 
 

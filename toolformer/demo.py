@@ -47,26 +47,20 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
 
 def control_dataset(cfg: PipelineConfig) -> Path:
     """The build stage's documents with their original text: no calls (the
-    plain ones, from the corpus or build.plain_path, as they are)."""
-    import shutil
-
+    plain ones, from the corpus or build.plain_path, as they are). Made again
+    every run (a second or two), so it follows the build stage's data set."""
     import datasets
 
     from toolformer.runfolder import read_documents
+    from toolformer.stages.build import save_dataset
 
     out = Path(cfg.run_dir) / "control" / "dataset"
     docs = read_documents(cfg.run_dir)
     built = datasets.load_from_disk(str(Path(cfg.run_dir) / "build" / "dataset"))
-    rows = [{"text": docs[d]["text"] if aug else text, "doc_id": d, "augmented": False}
+    rows = [{"text": docs[d]["text"] if aug else text, "doc_id": d, "augmented": False, "calls": "[]"}
             for d, aug, text in zip(built["doc_id"], built["augmented"], built["text"])]
-    # Made again every time (a second or two): it must follow the build stage's data set.
-    tmp = out.with_name(out.name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    save_dataset(rows, out)
     return out
 
 
@@ -100,7 +94,7 @@ def table(results: dict) -> str:
 
 def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     from toolformer.cli import run_stage
-    from toolformer.world.generator import generate_world, world_paths
+    from toolformer.world.generator import ensure_world
     from toolformer.world.pretrain import pretrain_base_model
 
     walls: dict[str, float] = {}
@@ -112,12 +106,7 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
         walls[name] = round(time.perf_counter() - t0, 1)
         return out
 
-    summary = world_paths(cfg)["summary"]
-    if force or not summary.exists():
-        timed("world", lambda: generate_world(cfg))
-    else:
-        print(f"world: already generated ({summary}), skipped")
-        walls["world"] = 0.0
+    timed("world", lambda: ensure_world(cfg, force=force))
     timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
     wcfg = world_config(cfg)
     wcfg.evaluate.extra_models = [ExtraModel(name="control", path=str(Path(cfg.run_dir) / "control" / "model"))]

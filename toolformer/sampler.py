@@ -76,17 +76,19 @@ def _forward(model, ids, new_mask, past_mask, cache, offset):
     return model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
 
 
-def batches_by_budget(lengths: list[int], budget: int) -> list[list[int]]:
-    """Indices grouped so that rows × longest row ≤ budget (sorted by length)."""
+def batches_by_budget(lengths: list[int], budget: int, rows: list[int] | None = None) -> list[list[int]]:
+    """Indices grouped so that rows × longest row ≤ budget (sorted by length).
+    Item k stands for ``rows[k]`` rows of ``lengths[k]`` tokens (default one)."""
     order = sorted(range(len(lengths)), key=lambda k: lengths[k])
-    groups, cur, longest = [], [], 0
+    groups, cur, longest, n = [], [], 0, 0
     for k in order:
+        size = rows[k] if rows is not None else 1
         longest_new = max(longest, lengths[k])
-        if cur and longest_new * (len(cur) + 1) > budget:
+        if cur and longest_new * (n + size) > budget:
             groups.append(cur)
-            cur, longest_new = [], lengths[k]
+            cur, longest_new, n = [], lengths[k], 0
         cur.append(k)
-        longest = longest_new
+        longest, n = longest_new, n + size
     if cur:
         groups.append(cur)
     return groups

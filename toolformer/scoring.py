@@ -137,18 +137,10 @@ class LossScorer:
         plain = [g for g in range(len(rows)) if g not in in_shared]
         plain_batches = [[plain[k] for k in b] for b in batches_by_budget([len(rows[g].ids) for g in plain],
                                                                           self.batch_tokens)]
-        # Head groups in order of their longest continuation; a batch holds whole groups within the budget.
-        shared_groups.sort(key=lambda gs: max(len(rows[g].ids) for g in gs))
-        head_batches, cur, longest, n = [], [], 0, 0
-        for gs in shared_groups:
-            longest_new = max(longest, max(len(rows[g].ids) for g in gs))
-            if cur and longest_new * (n + len(gs)) > self.batch_tokens:
-                head_batches.append(cur)
-                cur, longest_new, n = [], max(len(rows[g].ids) for g in gs), 0
-            cur.append(gs)
-            longest, n = longest_new, n + len(gs)
-        if cur:
-            head_batches.append(cur)
+        # A batch holds whole head groups within the budget, each counted as its rows at its longest row.
+        head_batches = [[shared_groups[k] for k in b] for b in batches_by_budget(
+            [max(len(rows[g].ids) for g in gs) for gs in shared_groups], self.batch_tokens,
+            [len(gs) for gs in shared_groups])]
         return plain_batches, [([gs[0] for gs in b], b) for b in head_batches]
 
     @torch.no_grad()

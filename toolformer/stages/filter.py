@@ -13,6 +13,8 @@ tokenized once so every variant scores the same target tokens.
 
 from __future__ import annotations
 
+import os
+
 from tqdm.auto import tqdm
 
 from toolformer.calls import get_style
@@ -27,14 +29,6 @@ from toolformer.textpos import tokenize_text
 
 def tau_for(cfg: PipelineConfig, tool: str) -> float:
     return cfg.filter.per_tool_tau.get(tool, cfg.filter.tau_filter)
-
-
-def common_head(a: tuple[int, ...], b: tuple[int, ...]) -> int:
-    """Length of the common first tokens of two prefixes (BOS + the call up to its result)."""
-    n = 0
-    while n < min(len(a), len(b)) and a[n] == b[n]:
-        n += 1
-    return n
 
 
 class CandidateScorer:
@@ -69,7 +63,8 @@ class CandidateScorer:
             with_result = self.style.render(r["tool"], r["input"], r["result"])
             no_result = self.style.render(r["tool"], r["input"], "")
             p_no, p_with = self.prefix(no_result), self.prefix(with_result)
-            head = common_head(p_no, p_with) if self.cfg.filter.share_heads else 0
+            # BOS + the call up to its result: the tokens both variants start with
+            head = len(os.path.commonprefix([p_no, p_with])) if self.cfg.filter.share_heads else 0
             doc, pos = r["doc_id"], r["position"]
             reqs = (LossRequest(self.bos, doc, pos), LossRequest(p_no, doc, pos, head),
                     LossRequest(p_with, doc, pos, head))

@@ -158,3 +158,15 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
           f"{counts['heldout']:,} held-out documents, {counts['eval_math']:,} math and {counts['eval_qa']:,} QA "
           f"eval items to {world_dir(cfg)} in {seconds:.1f} s")
     return paths
+
+
+def ensure_world(cfg: PipelineConfig, force: bool = False) -> bool:
+    """Generate the world unless its files are there for this ``cfg.world``
+    (the summary's config hash); return whether it was generated."""
+    summary = world_paths(cfg)["summary"]
+    done = json.loads(summary.read_text()) if summary.exists() else {}
+    if not force and done.get("config_hash") == config_hash(cfg.world):
+        print(f"world: already generated ({summary}), skipped")
+        return False
+    generate_world(cfg)
+    return True

@@ -41,7 +41,7 @@ from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash, dump_yaml
 from toolformer.modeling import set_threads
 from toolformer.runfolder import atomic_write_text, versions
-from toolformer.world.generator import generate_world, world_paths
+from toolformer.world.generator import ensure_world, world_paths
 
 MANIFEST = "pretrain.json"
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
@@ -169,10 +169,8 @@ def use_shipped(cfg: PipelineConfig, key: str, out: Path) -> bool:
               f"(key {str(record.get('key'))[:12]}, {record.get('steps')} steps; this config: {key[:12]}, "
               f"{cfg.pretrain.max_steps} steps): training instead")
         return False
+    ensure_world(cfg)  # the stages after pre-training read the world
     paths = world_paths(cfg)
-    summary = json.loads(paths["summary"].read_text()) if paths["summary"].exists() else {}
-    if summary.get("config_hash") != config_hash(cfg.world):
-        generate_world(cfg)  # the stages after pre-training read the world
     corpus = sha256_file(paths["pretrain"])
     if record.get("pretrain_corpus_sha256") != corpus:
         print(f"pretrain: the shipped base model {src} was trained on another pre-training corpus (the world "
@@ -214,10 +212,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     from toolformer.training import TrainArgs, train_causal_lm
     from toolformer.world.probe import run_probe
 
+    ensure_world(cfg)
     paths = world_paths(cfg)
-    summary = json.loads(paths["summary"].read_text()) if paths["summary"].exists() else {}
-    if summary.get("config_hash") != config_hash(cfg.world):
-        generate_world(cfg)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
     tokenizer = train_tokenizer(tokenizer_texts(paths), vocab_size=pc.vocab_size)
