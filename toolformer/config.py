@@ -435,7 +435,7 @@ class PretrainConfig:
     """Length of the packed training sequences, in tokens (each starts with BOS)."""
     packing: str = "stream"
     """stream: documents back to back, each after BOS, rows cut anywhere (no padding); whole: a document that
-    fits a row is never split (rows padded; 25 % of the world's tokens become padding)."""
+    fits a row is never split (rows padded: `toolformer pretrain` prints how much)."""
     batch_size: int = 32
     """Sequences per optimizer step."""
     max_steps: int = 3000

@@ -9,7 +9,8 @@
    Llama-shaped by default (rotary positions learned to copy sooner than
    GPT-2's learned positions). With the documents packed back to back,
    copying from a prefix appeared between steps 1,500 and 1,750 of 32x128
-   tokens; packed whole (25 % padding) it was still weak at 2,000.
+   tokens; packed whole (about a quarter of the tokens padding) it was still
+   weak at 2,000.
 3. :func:`toolformer.training.train_causal_lm` on pretrain.jsonl packed into
    rows that each start with BOS, as every prompt and filter sequence does
    (``pretrain.packing``);
@@ -209,7 +210,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     set_threads(pc.threads)
     from toolformer.stages import seed_everything
     from toolformer.tokenizer import train_tokenizer
-    from toolformer.training import TrainArgs, train_causal_lm
+    from toolformer.training import IGNORE_INDEX, TrainArgs, train_causal_lm
     from toolformer.world.probe import run_probe
 
     ensure_world(cfg)
@@ -225,8 +226,9 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None
     model = build_model(tokenizer, pc)
     params = sum(p.numel() for p in model.parameters())
-    print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {train_rows.numel():,} training tokens "
-          f"in {len(train_rows):,} rows of {pc.seq_len}")
+    padding = float((train_rows == IGNORE_INDEX).float().mean())
+    print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {len(train_rows):,} rows of {pc.seq_len} "
+          f"training tokens ({padding:.1%} of them padding, packing {pc.packing})")
     args = TrainArgs(learning_rate=pc.learning_rate, warmup_ratio=pc.warmup_ratio, schedule="cosine",
                      batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
                      eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
