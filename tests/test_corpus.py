@@ -41,3 +41,22 @@ def test_long_documents_split_into_windows_losing_nothing(tiny_model_dir):
     assert len(windows) > 3 and "".join(d["text"] for d in windows) == text
     assert all(len(tok(d["text"], add_special_tokens=False)["input_ids"]) <= 51 for d in windows)
     assert docs[-1]["doc_id"] == "s"
+
+
+def test_gold_calls_survive_into_windows_and_the_run_folder(tmp_path, tiny_model_dir):
+    from toolformer.runfolder import read_documents, write_documents
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    text = " ".join(f"word{i} {i}" for i in range(200))
+    gold = [{"tool": "Calculator", "input": f"{i} + 0", "result": str(i), "char_start": text.index(f" {i} ") + 1}
+            for i in (3, 150)]
+    p = tmp_path / "c.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"id": "long", "text": text, "gold_calls": gold}, {"id": "plain", "text": "no gold here"})))
+    docs = split_windows(read_corpus(CorpusConfig(path=str(p))).documents, tok, 50)
+    assert "gold_calls" not in docs[-1]
+    windows = [d for d in docs if d["doc_id"].startswith("long#w")]
+    found = [(w["text"][g["char_start"]:].split(" ")[0], g["result"]) for w in windows for g in w["gold_calls"]]
+    assert found == [("3", "3"), ("150", "150")]
+    write_documents(tmp_path / "run", docs)
+    assert list(read_documents(tmp_path / "run").values()) == docs

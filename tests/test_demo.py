@@ -34,7 +34,7 @@ def test_every_stage_produced_its_outputs(demo_run):
     run_dir, _ = demo_run
     for stage in ("sample", "execute", "filter", "build", "finetune", "evaluate", "inspect"):
         assert (run_dir / stage / "manifest.json").exists(), stage
-    for name in ("world/world.json", "world/corpus.jsonl", "world/eval_math.json", "world/eval_qa.jsonl",
+    for name in ("world/world.json", "world/corpus.jsonl", "world/eval_math_unseen.json", "world/eval_qa_unseen.jsonl",
                  "base-model/config.json", "model/config.json", "control/model/config.json",
                  "build/dataset/dataset_info.json", "eval/results.json", "eval/results.md",
                  "inspect/report.html", "config.yaml"):
@@ -49,8 +49,10 @@ def test_results_json_has_the_rows_and_fields(demo_run):
     assert results == json.loads(json.dumps(returned))
     assert set(results["rows"]) == set(ROWS)
     for name, row in results["rows"].items():
-        assert set(row) == {"arithmetic", "qa", "perplexity", "call_rate"}, name
-        for key in ("arithmetic", "qa", "call_rate"):
+        sets = {"math_seen", "math_unseen", "qa_seen", "qa_unseen"}
+        assert set(row) == {"arithmetic", "qa", "perplexity", "call_rate"} | sets, name
+        assert row["arithmetic"] == pytest.approx((row["math_seen"] + row["math_unseen"]) / 2)
+        for key in ("arithmetic", "qa", "call_rate", *sets):
             assert 0.0 <= row[key] <= 1.0, (name, key)
         if name != "toolformer":
             assert row["perplexity"] > 1.0
@@ -58,6 +60,11 @@ def test_results_json_has_the_rows_and_fields(demo_run):
     assert results["rows"]["toolformer_disabled"]["call_rate"] == 0
     assert {"world", "pretrain", "sample", "filter", "finetune", "evaluate", "total"} <= set(results["wall_seconds"])
     assert set(results["kept_calls"]) == {"Calculator", "QA"} and sum(results["kept_calls"].values()) > 0
+    gold = results["filter_gold"]
+    assert {"Calculator", "QA"} <= set(gold)
+    for g in gold.values():
+        assert g["gold"] > 0 and 0 <= g["gold_with_right_kept"] <= g["gold_with_kept"] <= g["gold"]
+        assert g["precision"] is None or g["precision"] == pytest.approx(g["kept_right"] / g["kept"])
 
 
 def test_control_data_is_the_build_data_without_calls(demo_run):

@@ -11,7 +11,7 @@ import pytest
 from toolformer.calls import get_style, insert_calls
 from toolformer.cli import main
 from toolformer.config import PipelineConfig
-from toolformer.runview import in_context, sentence_around
+from toolformer.runview import GOLD_TOLERANCE, gold_summary, in_context, same_result, sentence_around
 from toolformer.stages.inspect import run_stage
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -42,10 +42,10 @@ TAU = {"Calculator": 0.5, "QA": 1.0}
 ERRORS = {"division_by_zero", "syntax", "not_found"}
 
 
-def _records():
+def _records(docs: list[dict], calls: list[tuple]):
     out = []
-    for doc_id, tool, tool_input, anchor, outcome, l_none, l_no_result, l_with in CALLS:
-        text = next(d["text"] for d in DOCS if d["doc_id"] == doc_id)
+    for doc_id, tool, tool_input, anchor, outcome, l_none, l_no_result, l_with in calls:
+        text = next(d["text"] for d in docs if d["doc_id"] == doc_id)
         char_start = text.index(anchor)
         sample = {"doc_id": doc_id, "tool": tool, "input": tool_input, "position": char_start // 3,
                   "char_start": char_start, "p_i": None, "source": "rules"}
@@ -73,14 +73,14 @@ def _write_stage(run: Path, name: str, records: list[dict], counts: dict, shard_
                                                  "shards": (len(records) + shard_size - 1) // shard_size}))
 
 
-def make_run(root: Path, stages=("sample", "execute", "filter")) -> Path:
+def make_run(root: Path, stages=("sample", "execute", "filter"), docs=DOCS, calls=CALLS) -> Path:
     run = root / "run"
     (run / "sample").mkdir(parents=True)
-    (run / "sample" / "documents.jsonl").write_text("".join(json.dumps(d) + "\n" for d in DOCS))
-    recs = _records()
+    (run / "sample" / "documents.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    recs = _records(docs, calls)
     tools = ("Calculator", "QA")
     # A tool's pre-filter passes more documents than end up with candidates.
-    sample_counts = {"documents": len(DOCS), "windows": len(DOCS), "per_tool": {t: {
+    sample_counts = {"documents": len(docs), "windows": len(docs), "per_tool": {t: {
         "documents": len({s["doc_id"] for s, _, _ in recs if s["tool"] == t}) + 1,
         "positions": len({(s["doc_id"], s["position"]) for s, _, _ in recs if s["tool"] == t}),
         "candidates": sum(s["tool"] == t for s, _, _ in recs)} for t in tools}}
@@ -202,6 +202,8 @@ def test_terminal_funnel_equals_record_counts(tmp_path, capsys, monkeypatch):
     assert {t: v["counts"] for t, v in saved["per_tool"].items()} == {
         t: dict(expected[t], failed=2 if t == "Calculator" else 1, scored=4 if t == "Calculator" else 3) for t in expected}
     assert saved["warnings"] == [] and saved["missing"] == []
+    assert "gold" not in saved and ins.gold is None and "gold calls" not in out  # the documents have none
+    assert gold_summary(run) is None
     # Quantiles of L⁻ − L⁺ over the four scored calculator calls: -0.5, 0.2, 1.5, 2.1.
     q = ins.quantiles["Calculator"]
     assert q["n"] == 4 and q["min"] == pytest.approx(-0.5) and q["max"] == pytest.approx(2.1)
@@ -220,6 +222,7 @@ def test_report_html_funnel_escaping_and_plots(tmp_path, capsys):
     assert page.funnel == expected_counts(run)
     assert "script" not in page.tags and "link" not in page.tags
     raw = (run / "inspect" / "report.html").read_text(encoding="utf-8")
+    assert "Kept calls against gold calls" not in raw
     assert "&lt;script&gt;" in raw and "<b>bold" not in raw
     # The untrusted input and result come back as text, in call spans and tooltips.
     qa_script = next(c for c in page.calls if c["text"].startswith("[QA(<script>"))
@@ -362,3 +365,95 @@ def test_call_in_its_sentence():
         "The market sold 340 crates and 275 crates, ", "[Calculator(340 + 275) → 615]", " 615 crates in all.")
     assert sentence_around(text, text.index("615"), 10) == (text.index("615") - 10, text.index("615") + 10)
     assert in_context(text, rec, STYLE, " ", 10)[0].startswith("…")
+
+
+# -- kept calls against gold calls -------------------------------------------------------
+# doc_id -> (text, gold calls as (tool, input, result): each starts where its result's text does; None: the
+# record has no gold_calls field)
+GOLD_TEXTS = {
+    "g0": ("The market sold 340 crates and 275 crates, 615 crates in all.", [("Calculator", "340 + 275", "615")]),
+    "g1": ("The Vell is 212 km long and the Oster 87 km, 299 km together.", [("Calculator", "212 + 87", "299")]),
+    "g2": ("Brightwater has 96,500 people and Aldermoor 18,240.", [("QA", "How many live in Aldermoor?", "18,240")]),
+    "g3": ("The mill was rebuilt in 1888 by Ann Hale.", [("QA", "Who rebuilt the mill?", "Ann Hale")]),
+    "g4": ("Today the council of 12 towns met.", []),
+    "g5": ("Not annotated: 40 + 2 is 42.", None),
+}
+GOLD_DOCS = [{"doc_id": d, "date": None, "text": text}
+             | ({} if gold is None else {"gold_calls": [{"tool": t, "input": i, "result": r, "char_start": text.index(r)}
+                                                        for t, i, r in gold]})
+             for d, (text, gold) in GOLD_TEXTS.items()]
+GOLD_RUN_CALLS = [  # as CALLS; tau_f 0.5 (Calculator), 1.0 (QA)
+    ("g0", "Calculator", "340 + 275", "615", "615.0", 3.0, 2.5, 0.4),  # 2.1 kept, right: 615.0 == 615
+    ("g1", "Calculator", "212 * 87", "299", "18444", 2.0, 1.9, 0.9),  # 1.0 kept, wrong result at the gold position
+    ("g1", "Calculator", "212 + 87", "km, 299", "299", 2.0, 2.2, 0.2),  # 1.8 kept, 4 characters early: not there
+    ("g4", "Calculator", "12 + 0", "12", "12", 2.0, 2.0, 1.4),  # 0.6 kept, a document without gold calls
+    ("g5", "Calculator", "40 + 2", "42", "42", 2.0, 2.0, 0.5),  # 1.5 kept, not annotated: not judged
+    ("g2", "QA", "Who lives in Brightwater?", "96,500", "96,500", 4.0, 3.5, 2.0),  # 1.5 kept, no QA gold call here
+    ("g2", "QA", "How many live in Aldermoor?", "18,240", "18,240", 1.0, 1.2, 0.5),  # 0.5 rejected: not counted
+    ("g3", "QA", "who rebuilt the mill", "y Ann", " ann hale ", 2.5, 2.4, 0.9),  # 1.5 kept, 2 characters early, right
+]
+
+
+def test_same_result_compares_numbers_for_the_calculator():
+    assert same_result("Calculator", "561", "561.0") and same_result("Calculator", "-561", " -561 ")
+    assert not same_result("Calculator", "561", "-561") and not same_result("Calculator", "561", None)
+    assert same_result("QA", "Ann Hale", " ann hale ") and not same_result("QA", "561", "561.0")
+
+
+def test_gold_precision_and_recall_per_tool(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+    assert GOLD_TOLERANCE == 3
+    run = make_run(tmp_path, docs=GOLD_DOCS, calls=GOLD_RUN_CALLS)
+    ins = run_stage(cfg_for(run))
+    out = capsys.readouterr().out
+    calc = {"kept": 4, "kept_right": 1, "gold": 2, "gold_with_kept": 2, "gold_with_right_kept": 1,
+            "precision": 0.25, "recall": 1.0, "recall_right": 0.5}
+    qa = {"kept": 2, "kept_right": 1, "gold": 2, "gold_with_kept": 1, "gold_with_right_kept": 1,
+          "precision": 0.5, "recall": 0.5, "recall_right": 0.5}
+    assert ins.gold["per_tool"] == {"Calculator": calc, "QA": qa}
+    assert ins.gold["documents"] == 5 and ins.gold["tolerance"] == 3 and ins.gold["no_gold"] == {}
+    assert gold_summary(run) == {"Calculator": calc, "QA": qa}
+    # Wrong kept calls, largest L⁻ − L⁺ first, each in its sentence beside the gold call it was compared with.
+    wrong = ins.gold["wrong"]
+    assert [(w["input"], w["margin"]) for w in wrong["Calculator"]] == [
+        ("212 + 87", pytest.approx(1.8)), ("212 * 87", pytest.approx(1.0)), ("12 + 0", pytest.approx(0.6))]
+    early, at_gold, no_gold_doc = wrong["Calculator"]
+    assert early["gold"] is None and no_gold_doc["gold"] is None
+    assert at_gold["before"] + at_gold["call"] + at_gold["after"] == (
+        "The Vell is 212 km long and the Oster 87 km, [Calculator(212 * 87) → 18444] 299 km together.")
+    assert at_gold["gold"] == {"input": "212 + 87", "result": "299", "char_start": GOLD_TEXTS["g1"][0].index("299"),
+                               "call": "[Calculator(212 + 87) → 299]"}
+    assert [(w["doc_id"], w["gold"]) for w in wrong["QA"]] == [("g2", None)]
+    # Terminal: one line per tool, then the wrong kept calls.
+    assert "Calculator: precision 25.0 % (1/4), recall 100.0 % (2/2), with a right call 50.0 % (1/2)" in out
+    assert "QA: precision 50.0 % (1/2), recall 50.0 % (1/2), with a right call 50.0 % (1/2)" in out
+    assert "Calculator: wrong kept calls (3 of 3, largest L⁻ − L⁺ first)" in out
+    assert ("[Calculator(212 * 87) → 18444] 299 km together.  (gold [Calculator(212 + 87) → 299])" in out)
+    assert "[QA(Who lives in Brightwater?) → 96,500] 96,500 people and Aldermoor 18,240.  (no gold call here)" in out
+    # funnel.json: the same numbers and examples.
+    saved = json.loads((run / "inspect" / "funnel.json").read_text())
+    assert saved["gold"]["per_tool"] == {"Calculator": calc, "QA": qa}
+    assert [w["call"] for w in saved["gold"]["wrong"]["Calculator"]] == [
+        "[Calculator(212 + 87) → 299]", "[Calculator(212 * 87) → 18444]", "[Calculator(12 + 0) → 12]"]
+    # report.html: a table per tool and the wrong kept calls.
+    raw = (run / "inspect" / "report.html").read_text(encoding="utf-8")
+    assert "<h2>Kept calls against gold calls</h2>" in raw and '<table id="gold">' in raw
+    row = re.search(r'<tr data-tool="Calculator"><td>Calculator</td>(.*?)</tr>', raw.split('<table id="gold">')[1])
+    assert re.findall(r'<td class="num">([^<]*)</td>', row.group(1)) == [
+        "4", "25.0 % (1/4)", "2", "100.0 % (2/2)", "50.0 % (1/2)"]
+    assert "Calculator: wrong kept calls (3 of 3, largest L⁻ − L⁺ first)" in raw
+    assert "[Calculator(212 * 87) → 18444]</span> 299 km together." in raw and "no gold call here" in raw
+
+
+def test_gold_section_is_escaped_and_follows_the_tool_filter(tmp_path, capsys):
+    docs = [{"doc_id": "x", "date": None, "text": "Fact: the answer is <b>bold</b>.",
+             "gold_calls": [{"tool": "QA", "input": "?", "result": "<b>bold</b>", "char_start": 20}]}]
+    run = make_run(tmp_path, docs=docs, calls=[("x", "QA", SCRIPT, "<b>", "<i>no</i>", 3.0, 3.0, 0.5)])
+    run_stage(cfg_for(run))
+    page = parse_page(run / "inspect" / "report.html")
+    assert "script" not in page.tags and "i" not in page.tags
+    raw = (run / "inspect" / "report.html").read_text(encoding="utf-8")
+    assert "[QA(&lt;script&gt;" in raw and "[QA(?) → &lt;b&gt;bold&lt;/b&gt;]" in raw
+    ins = run_stage(cfg_for(run), tool="Calculator")
+    assert ins.gold["per_tool"]["QA"]["precision"] == 0.0  # funnel.json keeps every tool
+    assert '<tr data-tool="QA">' not in (run / "inspect" / "report.html").read_text(encoding="utf-8")

@@ -37,7 +37,13 @@ def test_pretrain_writes_a_loadable_model_and_its_record(pretrained, capsys):
     for tool in ("Calculator", "QA"):
         assert probe[tool]["items"] > 0
         assert all(math.isfinite(probe[tool][k]) for k in ("loss_none", "loss_correct", "loss_wrong"))
-    assert 0.0 <= probe["eval_math"]["accuracy"] <= 1.0
+    for name in ("seen", "unseen"):
+        assert 0.0 <= probe[f"math_{name}"]["accuracy"] <= 1.0
+    assert set(probe["call"]) == {"math_seen", "math_unseen", "qa_seen", "qa_unseen"}
+    for name, r in probe["call"].items():
+        assert r["items"] > 0, name
+        assert math.isfinite(r["loss_right"]) and math.isfinite(r["loss_wrong"])
+        assert 0.0 <= r["greedy_exact"] <= r["greedy_ok"] <= 1.0  # an exact argument is always usable
     # The same config again: nothing to do.
     assert pretrain_base_model(cfg) == out
     assert "already complete" in capsys.readouterr().out
@@ -53,7 +59,8 @@ def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
     check_tokenizer(tok)
     pieces = [tok.decode([i]) for i in tok("The mill sold 1245 [Calculator(1245 + 2318) → 3563] 3563",
                                            add_special_tokens=False)["input_ids"]]
-    assert pieces[3:9] == [" 1", "2", "4", "5", " [", "Calculator"]
+    want = [" 1", "2", "4", "5", " [", "Calculator"]
+    assert any(pieces[k : k + len(want)] == want for k in range(len(pieces))), pieces
     with pytest.raises(ValueError, match="not one"):
         from toolformer.tokenizer import train_tokenizer
 
@@ -124,6 +131,33 @@ def test_wrong_result_and_first_number():
     assert QA_PROMPT.format(question="Who?") == "Question: Who? Answer:"
 
 
+def test_call_items_corrupt_the_argument_the_tool_needs(pretrained):
+    """Right and corrupted call arguments: one digit altered (or − / ÷ operands
+    swapped) for arithmetic, another entity for QA; unseen prompts use held-out forms."""
+    import random
+
+    from toolformer.tools.calculator import calculate
+    from toolformer.world.generator import world_paths
+    from toolformer.world.probe import _altered, call_items
+
+    rng = random.Random(0)
+    for n in ("7", "1000", "4567"):
+        for _ in range(20):
+            a = _altered(rng, n)
+            assert len(a) == len(n) and sum(x != y for x, y in zip(a, n)) == 1 and a[0] != "0"
+    cfg, _out = pretrained
+    items = call_items(world_paths(cfg), 50)
+    assert set(items) == {"math_seen", "math_unseen", "qa_seen", "qa_unseen"}
+    for name, its in items.items():
+        assert its, name
+        for it in its:
+            assert it["wrong"] != it["argument"] and it["prompt"].endswith(("The answer is", "Answer:"))
+            if it["tool"] == "Calculator":
+                assert calculate(it["argument"]) == it["answer"] != calculate(it["wrong"])
+            else:
+                assert it["subject"] in it["argument"] and it["subject"] not in it["wrong"]
+
+
 def test_cli_probe_on_the_base_model(pretrained, capsys):
     from toolformer.cli import main
 
@@ -131,7 +165,7 @@ def test_cli_probe_on_the_base_model(pretrained, capsys):
     overrides = [f"world.{k}={v}" for k, v in SMALL.items()] + ["pretrain.probe_items=4"]
     assert main(["probe", f"run_dir={cfg.run_dir}", *overrides]) == 0
     text = capsys.readouterr().out
-    assert "probe Calculator:" in text and "probe eval_math:" in text
+    assert "probe Calculator:" in text and "probe math_unseen:" in text and "call probe qa_unseen:" in text
     assert main(["probe", "--model", str(out / "missing"), f"run_dir={cfg.run_dir}"]) == 2
     assert "does not exist" in capsys.readouterr().err
 

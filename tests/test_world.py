@@ -56,16 +56,19 @@ def test_files_have_their_fields(world):
     assert len(corpus) == SMALL["corpus_docs"] and len({d["id"] for d in corpus}) == len(corpus)
     for d in corpus:
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", d["date"]) and d["text"] and d["gold_calls"]
-    problems = json.loads(world["eval_math"].read_text())
-    assert len(problems) == SMALL["eval_math"]
-    assert {p["Type"] for p in problems} == {"Addition", "Subtraction", "Multiplication", "Common-Division"}
-    for p in problems:
-        assert isinstance(p["Answer"], (int, float)) and p["Body"] and p["Question"].endswith("?")
-        numbers = [int(n) for n in re.findall(r"\d+", p["Body"])]
-        assert max(numbers) >= 100  # 3-4-digit operations
-    qa = jsonl(world["eval_qa"])
-    assert 0 < len(qa) <= SMALL["eval_qa"]
-    assert all(isinstance(q["question"], str) and q["answer"] and isinstance(q["aliases"], list) for q in qa)
+    forms = json.loads(world["forms"].read_text())
+    for name in ("seen", "unseen"):
+        problems = json.loads(world[f"eval_math_{name}"].read_text())
+        assert len(problems) == SMALL["eval_math"]
+        assert {p["Type"] for p in problems} == {"Addition", "Subtraction", "Multiplication", "Common-Division"}
+        for p in problems:
+            assert isinstance(p["Answer"], (int, float)) and p["Question"].endswith("?")
+            assert (p["Form"] in forms["heldout_forms"]) == (name == "unseen")
+            numbers = [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", f"{p['Body']} {p['Question']}")]
+            assert max([*numbers, p["Answer"]]) >= 100  # 3-4-digit operations
+        qa = jsonl(world[f"eval_qa_{name}"])
+        assert len(qa) == SMALL["eval_qa"]
+        assert all(isinstance(q["question"], str) and q["answer"] and isinstance(q["aliases"], list) for q in qa)
 
 
 def test_gold_calls_are_right_and_point_at_the_answer(world):
@@ -84,7 +87,7 @@ def test_gold_calls_are_right_and_point_at_the_answer(world):
 
 def test_qa_tool_answers_every_eval_question_and_gold_call(world):
     qa = QA(world["knowledge"])
-    for q in jsonl(world["eval_qa"]):
+    for q in jsonl(world["eval_qa_seen"]) + jsonl(world["eval_qa_unseen"]):
         assert qa.run(q["question"]) == q["answer"], q
     for d in jsonl(world["corpus"]):
         for g in d["gold_calls"]:
@@ -115,21 +118,81 @@ def test_pretraining_text_has_call_notes_of_every_tool(world):
 def test_no_eval_item_appears_in_training_or_annotation_text(world):
     texts = [d["text"] for d in jsonl(world["pretrain"]) + jsonl(world["corpus"]) + jsonl(world["heldout"])]
     blob = "\n".join(texts)
-    for p in json.loads(world["eval_math"].read_text()):
-        assert p["Body"] not in blob
+    problems = json.loads(world["eval_math_seen"].read_text()) + json.loads(world["eval_math_unseen"].read_text())
+    for p in problems:
+        assert f"{p['Body']} {p['Question']}".strip() not in blob
         a, _op, b = p["Equation"].strip("( )").split()
         answer = str(p["Answer"])
         for t in texts:
             assert not all(re.search(rf"(?<!\d){n}(?!\d)", t) for n in (a, b, answer)), (p, t)
     facts = {(f["subject"], f["object"]): f for f in jsonl(world["knowledge"])}
-    for q in jsonl(world["eval_qa"]):
-        assert q["question"] not in blob
+    for q in jsonl(world["eval_qa_seen"]) + jsonl(world["eval_qa_unseen"]):
         f = facts[(q["subject"], q["answer"])]
         names = [f["subject"], *f.get("aliases", [])]
         obj = re.compile(rf"(?<!\w){re.escape(f['object'])}(?!\w)")
         for t in texts:
             named = any(re.search(rf"(?<!\w){re.escape(n)}(?!\w)", t) for n in names)
             assert not (named and obj.search(t)), (q, t)
+
+
+def _form_pattern(template: str) -> re.Pattern:
+    """A regex for the text a form writes: its slots match any words within a sentence."""
+    parts = re.split(r"\{\w+\}", template)
+    return re.compile(r"[^.?!\n]*?".join(re.escape(p) for p in parts))
+
+
+def test_heldout_forms_and_words_appear_in_no_training_text(world):
+    """Held-out arithmetic forms, question forms, object words and first names
+    are in no pre-training, annotation or held-out text (so in no fine-tuning
+    text either: build draws from these), and only the unseen sets use them."""
+    from toolformer.world.arithmetic import FORM_KEYS, UNITS
+    from toolformer.world.entities import QUESTION_FORMS
+
+    forms = json.loads(world["forms"].read_text())
+    texts = [d["text"] for d in jsonl(world["pretrain"]) + jsonl(world["corpus"]) + jsonl(world["heldout"])]
+    words = set(re.findall(r"[A-Za-z]+", "\n".join(texts)))
+    singular = dict(UNITS)
+    for unit in forms["heldout_units"]:
+        # "sheep", "fish": a held-out word whose singular is a training word is not checked.
+        if singular[unit] not in {singular[u] for u in forms["train_units"]}:
+            assert unit not in words and singular[unit] not in words, unit
+    for name in forms["heldout_names"]:
+        assert name not in words, name
+    assert len(forms["heldout_forms"]) == 16 and len(forms["train_forms"]) == 32
+    for key in forms["heldout_forms"]:
+        form = FORM_KEYS[key]
+        for template in (form.story, f"{form.body} {form.question}".strip()):
+            pattern = _form_pattern(template)
+            assert not any(pattern.search(t) for t in texts), (key, template)
+    for kind, held in forms["heldout_questions"].items():
+        assert len(held) == 3 and all(q in QUESTION_FORMS[kind] for q in held)
+    held_questions = {q["question"] for q in jsonl(world["eval_qa_unseen"])}
+    assert not held_questions & {q["question"] for q in jsonl(world["eval_qa_seen"])}
+    # Every fact of the world (rebuilt as the generator builds it), asked in a held-out form: in no training text.
+    import random
+
+    from toolformer.world.entities import build_world, split_questions
+
+    wc = small_cfg(Path("unused")).world
+    facts = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events).facts
+    blob = "\n".join(texts)
+    asked = [f.questions[i] for f in facts for i in split_questions(wc.seed, wc.heldout_questions)[f.kind][1]]
+    assert held_questions <= set(asked) and len(asked) == 3 * len(facts)
+    assert not [q for q in asked if q in blob]
+
+
+def test_every_heldout_cue_is_trained():
+    """A held-out form is a new composition of cues that training forms also use, and training keeps
+    forms with the numbers in either order, for every operation and several seeds."""
+    from toolformer.world.arithmetic import OPS, split_forms
+
+    for seed in range(5):
+        split = split_forms(seed)
+        for op in OPS:
+            train, held = split.forms(op), split.forms(op, heldout=True)
+            assert len(held) == 4 and len(train) == 8
+            assert {c for f in held for c in f.cues} <= {c for f in train for c in f.cues}
+            assert {f.reversed for f in train} == {True, False}
 
 
 def _states(text: str, fact: dict) -> bool:

@@ -139,7 +139,7 @@ def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
         _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)
     tok = _TOK
     rng = random.Random(seed)
-    words = "the mill sold sacks of grain in spring and autumn with".split()
+    words = ["the", "mill", "sold", "sacks", "of", "grain", "in", "spring", "and", "autumn", "with"]
     texts = [" ".join(rng.choice(words) if rng.random() < 0.7 else str(rng.randint(10, 9999)) for _ in range(40))
              for _ in range(docs)]
     tt = [(t, tokenize_text(tok, t)) for t in texts]

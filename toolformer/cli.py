@@ -1,9 +1,14 @@
 """Command line: ``toolformer <command> [--config FILE] [key=value ...]``.
 
 Each stage command runs one stage of the pipeline on the run folder named in
-the config; ``run`` runs the stages listed in ``stages`` in order. Exit codes:
-0 success, 1 a tool error (``tool``) or a failed stage, 2 a usage or config
-error.
+the config; ``run`` runs the stages listed in ``stages`` in order. Before any
+work, the paths the stages read are checked (:mod:`toolformer.inputs`) and
+the run folder is claimed and locked for the whole command
+(:mod:`toolformer.runguard`). Exit codes: 0 success, 1 a tool error
+(``tool``), a failed stage or a full disk, 2 a usage or config error (a
+missing path, a folder that is not toolformer's or is in use), 128 + the
+signal number when stopped by SIGINT (130) or SIGTERM (143), with one line
+saying what was kept (:mod:`toolformer.stops`).
 """
 
 from __future__ import annotations
@@ -11,8 +16,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import signal
 import sys
+from contextlib import ExitStack
+from pathlib import Path
 
+from toolformer import stops
 from toolformer.config import STAGES, PipelineConfig
 from toolformer.configuration import ConfigError, load_config
 
@@ -28,6 +37,12 @@ STAGE_HELP = {
     "evaluate": "evaluate base / disabled / enabled models on math and QA",
     "inspect": "show which calls survived and why (terminal, PNG, HTML)",
 }
+
+# Commands that write into the run folder: they hold it while they run.
+WRITERS = ("run", *(s for s in STAGES if s != "inspect"), "demo", "world", "pretrain")
+# Options of `toolformer tool`, and whether each takes a value.
+TOOL_OPTIONS = {"--json": False, "--force": False, "-h": False, "--help": False, "--date": True, "--config": True,
+                "-c": True}
 
 
 def _add_config_args(p: argparse.ArgumentParser) -> None:
@@ -59,9 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-margin", type=float, default=None, help="only calls with L⁻ − L⁺ at most this")
     _add_config_args(p)
 
-    p = sub.add_parser("tool", help="run one tool by hand and print its result")
+    p = sub.add_parser("tool", help="run one tool by hand and print its result",
+                       description="Options may come anywhere; an input that starts with `-` is taken as "
+                                   "it is (`toolformer tool Calculator \"-(-(-1))\"`), also after `--`.")
     p.add_argument("name", help="tool name, e.g. Calculator")
-    p.add_argument("input", help="tool input, e.g. '18 + 12 * 3'")
+    p.add_argument("input", help="tool input, e.g. '18 + 12 * 3' or '-(-(-1))'")
     p.add_argument("--date", help="document date YYYY-MM-DD (Calendar)")
     p.add_argument("--json", action="store_true", help="print a JSON object")
     _add_config_args(p)
@@ -135,14 +152,113 @@ def cmd_tool(args) -> int:
 def cmd_tiny_model(args) -> int:
     from toolformer.modeling import write_tiny_model
 
-    path = write_tiny_model(args.out, seed=args.seed)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        print(f"toolformer: error: --out {out} exists and is not an empty folder; writing the model would "
+              "overwrite its files: choose a new or empty folder", file=sys.stderr)
+        return 2
+    path = write_tiny_model(out, seed=args.seed)
     print(f"tiny-model: wrote {path}")
     return 0
 
 
+def tool_argv(argv: list[str]) -> list[str]:
+    """``toolformer tool``: options anywhere, and inputs that start with ``-``
+    (``-(-(-1))``) taken as they are. Its options go first, the rest after ``--``."""
+    if not argv or argv[0] != "tool":
+        return argv
+    options, positional = [], []
+    rest = iter(argv[1:])
+    for a in rest:
+        name = a.split("=", 1)[0]
+        if a == "--":
+            continue
+        if name in TOOL_OPTIONS:
+            options.append(a)
+            value = next(rest, None) if TOOL_OPTIONS[name] and "=" not in a else None
+            if value is not None:
+                options.append(value)
+        else:
+            positional.append(a)
+    return ["tool", *options, *(["--"] if any(a.startswith("-") for a in positional) else []), *positional]
+
+
+def held_folders(cfg: PipelineConfig, command: str) -> list[tuple[str, str]]:
+    """(config key, folder) a writing command holds: the run folder, and the
+    output folders of its stages that lie outside it."""
+    stages = cfg.stages if command == "run" else [command]
+    run = Path(cfg.run_dir).resolve()
+    held = [("run_dir", cfg.run_dir)]
+    outputs = (("finetune", "finetune.output_dir", cfg.finetune.output_dir),
+               ("evaluate", "evaluate.output_dir", cfg.evaluate.output_dir))
+    for stage, key, value in outputs:
+        if value and stage in stages and run != Path(value).resolve() and run not in Path(value).resolve().parents:
+            held.append((key, value))
+    return held
+
+
+def dispatch(args) -> int:
+    """Run one parsed command; errors propagate to :func:`main`."""
+    from toolformer.inputs import check_reads
+    from toolformer.runguard import check_owned, claim
+
+    if args.command == "tool":
+        return cmd_tool(args)
+    if args.command == "tiny-model":
+        return cmd_tiny_model(args)
+    if args.command == "generate":
+        from toolformer.generate import cli_generate
+
+        return cli_generate(args)
+    if args.command == "bench":
+        from toolformer.bench import main as bench_main
+
+        return bench_main(args.args)
+    cfg = _load(args)
+    if args.command == "inspect":  # reads any run folder; writes only RUN_DIR/inspect
+        if args.run_dir:
+            cfg.run_dir = args.run_dir
+        run_stage("inspect", cfg, force=args.force, tool=args.tool, kept=args.kept,
+                  min_margin=args.min_margin, max_margin=args.max_margin)
+        return 0
+    if args.command == "probe":
+        from toolformer.world.probe import cli_probe
+
+        return cli_probe(cfg, args.model, args.json)
+    if args.command in ("run", *STAGES):
+        check_reads(cfg, cfg.stages if args.command == "run" else [args.command])
+    folders = held_folders(cfg, args.command)
+    for key, folder in folders:
+        check_owned(Path(folder), key)  # all of them before any is created
+    with ExitStack() as held:
+        for key, folder in folders:
+            held.enter_context(claim(folder, key))
+        if args.command == "demo":
+            from toolformer.demo import run_demo
+
+            run_demo(cfg, force=args.force)
+        elif args.command == "world":
+            from toolformer.world.generator import generate_world
+
+            generate_world(cfg)
+        elif args.command == "pretrain":
+            from toolformer.world.pretrain import pretrain_base_model
+
+            pretrain_base_model(cfg, force=args.force)
+        elif args.command == "run":
+            from toolformer.pipeline import run_pipeline
+
+            run_pipeline(cfg, force=args.force)
+        else:
+            run_stage(args.command, cfg, force=args.force)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    from toolformer.runfolder import disk_full
+
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
+    args, extra = parser.parse_known_args(tool_argv(list(sys.argv[1:] if argv is None else argv)))
     # `inspect RUN --tool X key=value`: overrides after options arrive as extras.
     if extra:
         if not hasattr(args, "overrides") or any("=" not in e or e.startswith("-") for e in extra):
@@ -151,58 +267,29 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    try:
-        if args.command == "tool":
-            return cmd_tool(args)
-        if args.command == "tiny-model":
-            return cmd_tiny_model(args)
-        if args.command == "generate":
-            from toolformer.generate import cli_generate
-
-            return cli_generate(args)
-        if args.command == "bench":
-            from toolformer.bench import main as bench_main
-
-            return bench_main(args.args)
-        cfg = _load(args)
-        if args.command == "inspect":
-            if args.run_dir:
-                cfg.run_dir = args.run_dir
-            run_stage("inspect", cfg, force=args.force, tool=args.tool, kept=args.kept,
-                      min_margin=args.min_margin, max_margin=args.max_margin)
-            return 0
-        if args.command == "demo":
-            from toolformer.demo import run_demo
-
-            run_demo(cfg, force=args.force)
-            return 0
-        if args.command == "world":
-            from toolformer.world.generator import generate_world
-
-            generate_world(cfg)
-            return 0
-        if args.command == "pretrain":
-            from toolformer.world.pretrain import pretrain_base_model
-
-            pretrain_base_model(cfg, force=args.force)
-            return 0
-        if args.command == "probe":
-            from toolformer.world.probe import cli_probe
-
-            return cli_probe(cfg, args.model, args.json)
-        if args.command == "run":
-            from toolformer.pipeline import run_pipeline
-
-            run_pipeline(cfg, force=args.force)
-            return 0
-        run_stage(args.command, cfg, force=args.force)
-        return 0
-    except ConfigError as e:
-        print(f"toolformer: config error: {e}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError) as e:
-        print(f"toolformer: error: {e}", file=sys.stderr)
-        return 2
+    with stops.handled():
+        try:
+            return dispatch(args)
+        except (stops.Stopped, KeyboardInterrupt) as e:
+            signum = e.signum if isinstance(e, stops.Stopped) else signal.SIGINT
+            kept = stops.kept() or "every file written so far (each is written whole or not at all)"
+            print(f"toolformer: stopped by {signal.Signals(signum).name}; kept {kept}; "
+                  "rerun the same command to resume", file=sys.stderr)
+            return 128 + signum
+        except ConfigError as e:
+            print(f"toolformer: config error: {e}", file=sys.stderr)
+            return 2
+        except (FileNotFoundError, ValueError) as e:
+            print(f"toolformer: error: {e}", file=sys.stderr)
+            return 2
+        except Exception as e:
+            if not disk_full(e):
+                raise
+            where = getattr(e, "filename", None) or "a file"
+            kept = f"; kept {stops.kept()}" if stops.kept() else ""
+            print(f"toolformer: no space left on device writing {where} (nothing partial was left){kept}; "
+                  "free some space and rerun the same command to resume", file=sys.stderr)
+            return 1
 
 
 if __name__ == "__main__":

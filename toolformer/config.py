@@ -50,9 +50,10 @@ class CallsConfig:
 @dataclass
 class CorpusConfig:
     path: str = "data/corpus.jsonl"
-    """Local JSONL/Parquet/text file or folder, or a hub data set name."""
+    """Local .jsonl (.jsonl.gz, .jsonl.zst), .json, .parquet, .txt or .csv file, a folder of them, a `datasets`
+    save_to_disk folder, or a hub data set name."""
     format: str = "auto"
-    """auto (from the file suffix), json, parquet, text or hub."""
+    """auto (from the name's ending; others are refused), json, parquet, text, csv, disk (save_to_disk) or hub."""
     split: str = "train"
     """Split to read."""
     id_field: str = "id"
@@ -384,6 +385,19 @@ class WorldConfig:
     """Pre-training: share of fact documents about an entity invented for that document, with QA notes to copy from."""
     copy_share: float = 0.15
     """Pre-training: share of documents that list numbers and repeat them (they teach in-context copying)."""
+    induction_share: float = 0.0
+    """Pre-training: share of documents that say a run of arbitrary words, names and numbers twice."""
+    noise_share: float = 0.0
+    """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
+    becomes unpredictable, so a call that repeats it is copied, not recalled)."""
+    separator_share: float = 0.25
+    """Share of arithmetic items that write numbers of 1,000 and more with thousands separators."""
+    heldout_forms_per_op: int = 4
+    """Arithmetic forms of each operation (of 12) held out of all training text: only math_unseen uses them."""
+    heldout_questions: int = 3
+    """Question forms of each relation (of 8) held out of all training text: only qa_unseen uses them."""
+    heldout_vocabulary: float = 0.25
+    """Share of object words and first names held out of training text (half of math_unseen uses them)."""
     math_share: float = 0.55
     """Share of arithmetic documents in every corpus (after the copy documents of pre-training)."""
     quiz_share: float = 0.12
@@ -395,16 +409,24 @@ class WorldConfig:
     heldout_docs: int = 500
     """Documents in heldout.jsonl (plain text for perplexity)."""
     eval_math: int = 300
-    """Word problems in eval_math.json (3-4-digit operations, the four operations balanced)."""
-    eval_qa: int = 200
-    """At most this many questions in eval_qa.jsonl (facts only the tools' data states)."""
+    """Word problems in each of eval_math_seen.json and eval_math_unseen.json (3-4-digit operations, the four
+    operations balanced)."""
+    eval_qa: int = 300
+    """Questions in each of eval_qa_seen.jsonl and eval_qa_unseen.jsonl, about the facts only the tools' data
+    states (each asked more than once when there are fewer)."""
 
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
-                     "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share"):
+                     "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
+                     "induction_share", "noise_share", "separator_share", "heldout_vocabulary"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
-        for a, b in (("pretrain_fact_share", "corpus_fact_share"), ("note_share", "earlier_share")):
+        if not 1 <= self.heldout_forms_per_op <= 6:
+            raise ValueError(f"heldout_forms_per_op: {self.heldout_forms_per_op} is not between 1 and 6 (of 12)")
+        if not 1 <= self.heldout_questions <= 4:
+            raise ValueError(f"heldout_questions: {self.heldout_questions} is not between 1 and 4 (of 8)")
+        for a, b in (("pretrain_fact_share", "corpus_fact_share"), ("note_share", "earlier_share"),
+                     ("copy_share", "induction_share")):
             if getattr(self, a) + getattr(self, b) > 1.0:
                 raise ValueError(f"{a} + {b} exceeds 1")
         if self.math_share + self.quiz_share + self.dated_share > 1.0:

@@ -1,20 +1,46 @@
 """Reading a corpus into documents ``{"doc_id", "text", "date"}`` and windows.
 
-Local JSONL is read line by line so a bad line is rejected with its file and
-line number instead of failing the whole corpus; Parquet, CSV, text files and
-hub data sets go through ``datasets.load_dataset``. A document longer than
+Formats, by the name's ending (``corpus.format: auto``) or set by
+``corpus.format``: JSON Lines (``.jsonl``, gzip ``.jsonl.gz``, Zstandard
+``.jsonl.zst`` with the ``zstandard`` package), ``.json``, ``.parquet``,
+``.txt`` (one document per line), ``.csv``, a folder of such files (one
+format), a ``datasets`` ``save_to_disk`` folder, or a hub data set name. Any
+other ending is refused with this list rather than guessed, and a file whose
+first bytes say it is compressed is never read as plain text.
+
+JSON Lines are read line by line so a bad line is rejected with its file and
+line number instead of failing the whole corpus; the other formats go through
+``datasets`` (``load_dataset``, ``load_from_disk``). A document longer than
 the window is split into windows (``<id>#w<k>``), never dropped or cut.
+
+A record's gold calls (``gold_calls``: ``[{"tool", "input", "result",
+"char_start"}, ...]``, as the small world's annotation corpus has them) stay
+in its document; a window keeps those that start in it, their ``char_start``
+counted from the window's start.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from toolformer.config import CorpusConfig
+from toolformer.inputs import check_hub, require
+from toolformer.runfolder import GOLD_CALLS
 
-_SUFFIX_FORMAT = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".txt": "text", ".csv": "csv"}
+# Name ending -> (format, compression); the longest matching ending counts.
+SUFFIXES = {".jsonl": ("json", None), ".jsonl.gz": ("json", "gzip"), ".jsonl.zst": ("json", "zstd"),
+            ".json": ("json", None), ".parquet": ("parquet", None), ".txt": ("text", None), ".csv": ("csv", None)}
+FORMATS = ("auto", "json", "parquet", "text", "csv", "disk", "hub")
+SUPPORTED = (", ".join(SUFFIXES) + ", a folder of such files, a `datasets` save_to_disk folder "
+             "or a hub data set name (corpus.format: " + ", ".join(FORMATS) + ")")
+# First bytes of compressed files.
+MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
+         b"PK\x03\x04": "zip"}
 
 
 @dataclass
@@ -23,18 +49,59 @@ class Corpus:
     rejected: list[dict] = field(default_factory=list)  # {"source", "line", "reason", "raw"}
 
 
-def _format(cfg: CorpusConfig, path: Path) -> str:
-    if cfg.format != "auto":
-        return cfg.format
-    if path.is_dir():
-        suffixes = {p.suffix for p in path.iterdir() if p.is_file()}
-        for s, f in _SUFFIX_FORMAT.items():
-            if s in suffixes:
-                return f
-        raise ValueError(f"{path}: no .jsonl/.parquet/.txt/.csv files in folder")
-    if path.exists():
-        return _SUFFIX_FORMAT.get(path.suffix, "text")
-    return "hub"
+def _suffix(path: Path) -> str | None:
+    name = path.name.lower()
+    return max((x for x in SUFFIXES if name.endswith(x)), key=len, default=None)
+
+
+def _file_kind(path: Path, fmt: str) -> tuple[str, str | None]:
+    """(format, compression) of one corpus file; the format ``fmt`` unless auto."""
+    suffix = _suffix(path)
+    if fmt == "auto" and suffix is None:
+        raise ValueError(f"{path}: unknown corpus format {''.join(path.suffixes) or path.name!r}; "
+                         f"supported: {SUPPORTED}")
+    compression = SUFFIXES[suffix][1] if suffix else None
+    kind = SUFFIXES[suffix][0] if fmt == "auto" else fmt
+    if compression is None and kind != "parquet":
+        with path.open("rb") as f:
+            head = f.read(8)
+        packed = next((c for magic, c in MAGIC.items() if head.startswith(magic)), None)
+        if packed is not None:
+            raise ValueError(f"{path}: the file is {packed}-compressed but its name says plain {kind}; "
+                             "decompress it, or name it .jsonl.gz / .jsonl.zst if it is JSON Lines")
+    if compression is not None and kind != "json":
+        raise ValueError(f"{path}: compressed {kind} is not supported; supported: {SUPPORTED}")
+    return kind, compression
+
+
+def _files(cfg: CorpusConfig, path: Path) -> tuple[str, list[tuple[Path, str | None]]]:
+    """(format, [(file, compression)]) of a corpus file or folder of files."""
+    if path.is_file():
+        kind, compression = _file_kind(path, cfg.format)
+        return kind, [(path, compression)]
+    files = sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith(".")
+                   and (cfg.format != "auto" or _suffix(p) is not None))
+    if not files:
+        raise ValueError(f"{path}: no corpus files in the folder; supported: {SUPPORTED}")
+    kinds = {p: _file_kind(p, cfg.format) for p in files}
+    formats = sorted({k for k, _ in kinds.values()})
+    if len(formats) > 1:
+        raise ValueError(f"{path}: the folder mixes corpus formats ({', '.join(formats)}); keep one")
+    return formats[0], [(p, c) for p, (_, c) in kinds.items()]
+
+
+def _open(file: Path, compression: str | None):
+    """A binary line reader of ``file``, decompressed."""
+    if compression == "gzip":
+        return gzip.open(file, "rb")
+    if compression == "zstd":
+        try:
+            import zstandard
+        except ImportError:
+            raise ValueError(f"{file}: reading .zst needs the `zstandard` package "
+                             "(pip install zstandard)") from None
+        return io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(file.open("rb"), closefd=True))
+    return file.open("rb")
 
 
 def _normalise(row: dict, cfg: CorpusConfig, fallback_id: str, where: str, rejected: list, seen: set) -> dict | None:
@@ -53,15 +120,19 @@ def _normalise(row: dict, cfg: CorpusConfig, fallback_id: str, where: str, rejec
         return None
     seen.add(doc_id)
     date = row.get(cfg.date_field)
-    return {"doc_id": doc_id, "text": text, "date": str(date) if date not in (None, "") else None}
+    doc = {"doc_id": doc_id, "text": text, "date": str(date) if date not in (None, "") else None}
+    if row.get(GOLD_CALLS) is not None:
+        doc[GOLD_CALLS] = row[GOLD_CALLS]
+    return doc
 
 
-def _read_jsonl(path: Path, cfg: CorpusConfig, rejected: list, seen: set, limit: int) -> list[dict]:
+def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejected: list, seen: set,
+                limit: int) -> list[dict]:
     docs = []
-    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
-    for file in files:
-        with file.open("rb") as f:
-            for n, raw in enumerate(f, 1):
+    for file, compression in files:
+        base = file.name[: len(file.name) - len(_suffix(file) or "")]
+        with _open(file, compression) as f:
+            for n, raw in _lines(f, file):
                 where = f"{file}:{n}"
                 try:
                     line = raw.decode("utf-8")
@@ -79,7 +150,7 @@ def _read_jsonl(path: Path, cfg: CorpusConfig, rejected: list, seen: set, limit:
                 if not isinstance(row, dict):
                     rejected.append({"source": where, "reason": "not a JSON object", "raw": line[:500]})
                     continue
-                doc = _normalise(row, cfg, f"{file.stem}-{n}", where, rejected, seen)
+                doc = _normalise(row, cfg, f"{base}-{n}", where, rejected, seen)
                 if doc is not None:
                     docs.append(doc)
                     if limit and len(docs) >= limit:
@@ -87,21 +158,56 @@ def _read_jsonl(path: Path, cfg: CorpusConfig, rejected: list, seen: set, limit:
     return docs
 
 
-def read_corpus(cfg: CorpusConfig) -> Corpus:
-    """All documents of the corpus, in order, plus the rejected records."""
-    path = Path(cfg.path)
-    fmt = _format(cfg, path)
-    rejected: list[dict] = []
-    seen: set[str] = set()
-    if fmt == "json" and (path.suffix == ".jsonl" or path.is_dir() and any(path.glob("*.jsonl"))):
-        return Corpus(_read_jsonl(path, cfg, rejected, seen, cfg.max_docs), rejected)
+def _lines(f, file: Path):
+    """(line number, raw line) of an open file; a file that fails to decompress
+    is an error naming it."""
+    zstd = sys.modules.get("zstandard")
+    errors = (OSError, EOFError, *((zstd.ZstdError,) if zstd is not None else ()))
+    try:
+        yield from enumerate(f, 1)
+    except errors as e:
+        raise ValueError(f"{file}: cannot be read to the end ({type(e).__name__}: {e})") from None
+
+
+def _is_saved_dataset(path: Path) -> bool:
+    return path.is_dir() and ((path / "state.json").exists() or (path / "dataset_dict.json").exists())
+
+
+def _load_from_disk(path: Path, split: str):
     import datasets
 
-    if fmt == "hub":
-        ds = datasets.load_dataset(cfg.path, split=cfg.split)
+    ds = datasets.load_from_disk(str(path))
+    if isinstance(ds, datasets.DatasetDict):
+        if split not in ds:
+            raise ValueError(f"{path}: no split {split!r} (splits: {', '.join(ds)}); set corpus.split")
+        ds = ds[split]
+    return ds
+
+
+def read_corpus(cfg: CorpusConfig) -> Corpus:
+    """All documents of the corpus, in order, plus the rejected records."""
+    if cfg.format not in FORMATS:
+        raise ValueError(f"corpus.format: {cfg.format!r} is not one of {', '.join(FORMATS)}")
+    if cfg.format == "hub":
+        check_hub("corpus.path", cfg.path, "dataset")
     else:
-        files = sorted(str(p) for p in path.iterdir() if p.is_file()) if path.is_dir() else [str(path)]
-        ds = datasets.load_dataset(fmt, data_files=files, split="train")
+        require("corpus.path", cfg.path, "dataset")  # a missing local path, or a hub id that does not answer
+    path = Path(cfg.path)
+    rejected: list[dict] = []
+    seen: set[str] = set()
+    if cfg.format == "hub" or (cfg.format == "auto" and not path.exists()):
+        import datasets
+
+        ds = datasets.load_dataset(cfg.path, split=cfg.split)
+    elif cfg.format == "disk" or (cfg.format == "auto" and _is_saved_dataset(path)):
+        ds = _load_from_disk(path, cfg.split)
+    else:
+        fmt, files = _files(cfg, path)
+        if fmt == "json" and all(_suffix(f) != ".json" for f, _ in files):
+            return Corpus(_read_jsonl(files, cfg, rejected, seen, cfg.max_docs), rejected)
+        import datasets
+
+        ds = datasets.load_dataset(fmt, data_files=[str(f) for f, _ in files], split="train")
     if cfg.text_field not in ds.column_names:
         raise ValueError(f"{cfg.path}: no column {cfg.text_field!r} (columns: {', '.join(ds.column_names)}); "
                          "set corpus.text_field")
@@ -117,7 +223,8 @@ def read_corpus(cfg: CorpusConfig) -> Corpus:
 
 def split_windows(docs: list[dict], tokenizer, max_tokens: int) -> list[dict]:
     """Split documents longer than ``max_tokens`` tokens into consecutive windows
-    at token boundaries; each window keeps the document's date."""
+    at token boundaries; each window keeps the document's date and the gold
+    calls that start in it (if the document has gold calls)."""
     out = []
     for doc in docs:
         enc = tokenizer(doc["text"], add_special_tokens=False, return_offsets_mapping=True)
@@ -129,5 +236,9 @@ def split_windows(docs: list[dict], tokenizer, max_tokens: int) -> list[dict]:
             chunk = offsets[start : start + max_tokens]
             a = chunk[0][0] if k else 0
             b = offsets[start + max_tokens][0] if start + max_tokens < len(offsets) else len(doc["text"])
-            out.append({"doc_id": f"{doc['doc_id']}#w{k}", "text": doc["text"][a:b], "date": doc["date"]})
+            window = {"doc_id": f"{doc['doc_id']}#w{k}", "text": doc["text"][a:b], "date": doc["date"]}
+            if GOLD_CALLS in doc:
+                window[GOLD_CALLS] = [g | {"char_start": g["char_start"] - a} for g in doc[GOLD_CALLS]
+                                      if a <= g["char_start"] < b]
+            out.append(window)
     return out

@@ -4,8 +4,12 @@ world → base model → sample/propose → execute → filter → build → fin
 (+ a control model tuned on the same documents without calls) → evaluate →
 inspect, into one run folder, ending with the results table and the wall time
 of each stage. ``RUN_DIR/results.json`` holds, per row (``base``,
-``control``, ``toolformer_disabled``, ``toolformer``), ``arithmetic``, ``qa``,
-``perplexity`` and ``call_rate``, plus ``wall_seconds`` and ``kept_calls``.
+``control``, ``toolformer_disabled``, ``toolformer``), the accuracy on each
+evaluation set (``math_seen``, ``math_unseen``, ``qa_seen``, ``qa_unseen``:
+the world's training forms and its held-out forms), their means
+``arithmetic`` and ``qa``, ``perplexity`` and ``call_rate``; plus
+``wall_seconds``, ``kept_calls`` and ``filter_gold`` (precision and recall of
+the kept calls against the corpus's gold calls, per tool).
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from pathlib import Path
 from toolformer.config import ExtraModel, PipelineConfig, TaskConfig
 from toolformer.pipeline import save_resolved_config
 from toolformer.runfolder import Stage, atomic_write_text
+from toolformer.runview import gold_summary
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
 
 
 def world_config(cfg: PipelineConfig) -> PipelineConfig:
     """The pipeline config pointed at the generated world and the base model."""
-    from toolformer.world.generator import world_paths
+    from toolformer.world.generator import EVAL_SETS, world_paths
     from toolformer.world.pretrain import base_model_dir
 
     cfg = copy.deepcopy(cfg)
@@ -38,9 +43,9 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
         cfg.build.plain_path = str(paths["pretrain"])
     if not cfg.evaluate.tasks:
         cfg.evaluate.tasks = [
-            TaskConfig(name="arithmetic", path=str(paths["eval_math"]), format="svamp", kind="math",
-                       prompt=cfg.demo.math_prompt),
-            TaskConfig(name="qa", path=str(paths["eval_qa"]), format="triviaqa", kind="qa", prompt=cfg.demo.qa_prompt),
+            TaskConfig(name=name, path=str(paths[f"eval_{name}"]), format="svamp" if kind == "math" else "triviaqa",
+                       kind=kind, prompt=cfg.demo.math_prompt if kind == "math" else cfg.demo.qa_prompt)
+            for name, kind in ((s, s.split("_")[0]) for s in EVAL_SETS)
         ]
     return cfg
 
@@ -71,24 +76,29 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
     rows = {}
     for name in ROWS:
         r = full["rows"].get(name)
-        rows[name] = None if r is None else {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "call_rate")}
+        rows[name] = None if r is None else (
+            {t: c["accuracy"] for t, c in r["tasks"].items()}
+            | {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "call_rate")})
     filt = Stage(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
     kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
-    return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "seed": cfg.seed,
-            "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
+    return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "filter_gold": gold_summary(cfg.run_dir),
+            "seed": cfg.seed, "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
 
 
 def table(results: dict) -> str:
     def pct(v):
         return "–" if v is None else f"{100 * v:.1f}"
 
-    lines = ["| row | arithmetic % | QA % | perplexity | call rate % |", "| --- | --- | --- | --- | --- |"]
+    tasks = list(results["tasks"])
+    head = ["row", *(f"{t} %" for t in tasks), "perplexity", "call rate %"]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
     for name, r in results["rows"].items():
         if r is None:
-            lines.append(f"| {name} | not run | | | |")
+            lines.append(f"| {name} | not run |" + " |" * (len(head) - 2))
             continue
         ppl = "–" if r["perplexity"] is None else f"{r['perplexity']:.2f}"
-        lines.append(f"| {name} | {pct(r['arithmetic'])} | {pct(r['qa'])} | {ppl} | {pct(r['call_rate'])} |")
+        cells = [pct(r.get(t)) for t in tasks]
+        lines.append(f"| {name} | " + " | ".join([*cells, ppl, pct(r["call_rate"])]) + " |")
     return "\n".join(lines)
 
 
@@ -128,6 +138,10 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
     print("\n" + table(results))
     print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
+    for tool, g in (results["filter_gold"] or {}).items():
+        precision = "–" if g["precision"] is None else f"{100 * g['precision']:.1f} %"
+        print(f"kept {tool} calls against the corpus's gold calls: precision {precision} ({g['kept_right']:,} of "
+              f"{g['kept']:,} right), recall {100 * g['recall']:.1f} % ({g['gold_with_kept']:,} of {g['gold']:,})")
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()))
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
     return results

@@ -51,7 +51,7 @@ _CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\(.*)?\Z|\Z", re.S)
 # Tokens reserved per allowed call for its inserted result when the prompt is cut to the window.
 RESULT_TOKENS = 64
 
-_MARKER_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_MARKER_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -64,6 +64,8 @@ class Generation:
     """Calls made: {"tool", "input", "result", "error"} in order."""
     text_without_calls: str = ""
     """``text`` with every call (and the separator after it) removed."""
+    prompt_tokens_cut: int = 0
+    """Tokens cut from the start of a prompt too long for the window (0: the whole prompt was read)."""
 
 
 def marker_token_ids(tokenizer, marker: str) -> list[int]:
@@ -228,7 +230,9 @@ def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, 
     keep = max(1, window - dec.max_new_tokens - RESULT_TOKENS * max(0, dec.max_calls))
     bos = bos_ids(tokenizer)
     # Cut long prompts from the left, keeping BOS first (sequences start with it in training).
-    seqs = [bos + tokenizer.encode(p, add_special_tokens=False)[-max(1, keep - len(bos)):] for p in prompts]
+    encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
+    seqs = [bos + e[-max(1, keep - len(bos)):] for e in encoded]
+    cut = [len(bos) + len(e) - len(s) for e, s in zip(encoded, seqs)]
     width = max(len(s) for s in seqs)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=device)  # (B, T) left padded
@@ -256,10 +260,10 @@ def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, 
         mask = torch.cat([mask, torch.ones_like(ids)], dim=1)  # (B, T + 1)
         logits, past = _forward(model, ids, mask, last_pos[:, None], past, cache_arg)
     out = []
-    for prompt, row in zip(prompts, rows):
+    for prompt, row, n_cut in zip(prompts, rows, cut):
         text = tokenizer.decode(row.new_ids, clean_up_tokenization_spaces=False)
         bare = strip_calls(text, dec.style, None, separator=" ")
-        out.append(Generation(prompt, text, row.calls, bare))
+        out.append(Generation(prompt, text, row.calls, bare, n_cut))
     return out
 
 
@@ -274,7 +278,9 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
     each prompt's date for the Calendar tool; ``tools`` limits the tool names
     that may be called (None: any the sandbox knows); prompts are decoded in
     batches of ``batch_size``, similar lengths together; ``window`` is the
-    model's context in tokens (0: from the model config). Returns one
+    model's context in tokens (0: from the model config). A prompt too long
+    for the window, less room for the new tokens and call results, is cut
+    from the left (``prompt_tokens_cut`` says by how many tokens). Returns one
     :class:`Generation` per prompt, in order.
     """
     if sandbox is None and not disabled and max_calls > 0:
@@ -332,7 +338,12 @@ def cli_generate(args) -> int:
     gens = generate_with_tools(model, tok, args.prompts, sandbox, style, max_new_tokens=args.max_new_tokens,
                                top_k_trigger=args.top_k_trigger, max_calls=args.max_calls,
                                disabled=args.disabled, do_sample=args.sample, tools=set(tools))
-    for g in gens:
+    window = model_window(model)
+    for n, g in enumerate(gens, 1):
+        if g.prompt_tokens_cut:
+            print(f"generate: prompt {n}: its first {g.prompt_tokens_cut} token(s) were cut: the model window of "
+                  f"{window} tokens leaves room for {args.max_new_tokens} new tokens and the call results",
+                  file=sys.stderr)
         if args.json:
             print(json.dumps(dataclasses.asdict(g), ensure_ascii=False))
         else:

@@ -19,7 +19,7 @@ def resolve_device(name: str = "auto") -> torch.device:
 
 
 def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
-    """``auto`` is float32 on CPU and bfloat16 on GPU (DESIGN §2, fine-tuning)."""
+    """``auto`` is float32 on CPU and bfloat16 on GPU (the paper fine-tunes in bf16)."""
     if name == "auto":
         return torch.bfloat16 if device.type == "cuda" else torch.float32
     return DTYPES[name]
@@ -33,13 +33,15 @@ def set_threads(threads: int = 0) -> None:
 
 
 def _check_local(path: str, what: str) -> None:
-    """A path that is not a folder and cannot be a hub id (``org/name``) is an error."""
-    if Path(path).exists():
+    """A local-looking path that does not exist is an error naming ``what``; a
+    hub id must answer within seconds (see :mod:`toolformer.inputs`)."""
+    from toolformer.inputs import check_hub, looks_local
+
+    if Path(path).expanduser().exists():
         return
-    parts = path.split("/")
-    hub_like = not path.startswith((".", "/", "~")) and len(parts) <= 2 and all(parts)
-    if not hub_like:
+    if looks_local(path):
         raise FileNotFoundError(f"{what} folder {path} does not exist")
+    check_hub(what, path, "model")
 
 
 def load_tokenizer(path: str, style: CallStyle | None = None):
@@ -109,7 +111,7 @@ def model_window(model, model_cfg=None) -> int:
 
 
 def bos_ids(tokenizer) -> list[int]:
-    """[BOS] if the tokenizer defines one (DESIGN §5: sequences start with it)."""
+    """[BOS] if the tokenizer defines one (sequences start with it: docs/design.md)."""
     bos = tokenizer.bos_token_id
     return [bos] if bos is not None else []
 

@@ -2,8 +2,10 @@
 
 Design: ``RUN_DIR/inspect/report.html`` is self-contained (inline CSS, PNGs as
 base64 data URIs, no JavaScript) and holds the funnel table, the quantiles of
-L⁻ − L⁺, one histogram per tool, the top and bottom calls by margin and the
-first page of documents. Documents with at least one shown call follow in
+L⁻ − L⁺, one histogram per tool, the top and bottom calls by margin, the kept
+calls against the documents' gold calls (when they have some: precision and
+recall per tool, the wrong kept calls in their sentence) and the first page of
+documents. Documents with at least one shown call follow in
 corpus order, ``inspect.page_size`` per page: page k > 1 is ``report-k.html``,
 and every page links to every other. Each candidate call sits in place in its
 document (kept, rejected, failed, not yet scored or executed in different
@@ -217,6 +219,48 @@ def ranking_html(ins: Inspection, where: dict[str, str], width: int) -> str:
     return "".join(out) or '<p class="muted">no scored calls match the filters</p>'
 
 
+def _share(part: int, whole: int, share: float | None) -> str:
+    return f'{"–" if share is None else f"{100 * share:.1f} %"} ({part:,}/{whole:,})'
+
+
+def gold_html(ins: Inspection) -> str:
+    """Precision and recall of the kept calls per shown tool, then each tool's
+    wrong kept calls in their sentence beside the gold call they were compared
+    against."""
+    g = ins.gold
+    tools = [t for t in ins.tools if t in g["per_tool"]]
+    rows = []
+    for tool in tools:
+        c = g["per_tool"][tool]
+        rows.append(f'<tr data-tool="{_e(tool)}"><td>{_e(tool)}</td><td class="num">{c["kept"]:,}</td>'
+                    f'<td class="num">{_share(c["kept_right"], c["kept"], c["precision"])}</td>'
+                    f'<td class="num">{c["gold"]:,}</td>'
+                    f'<td class="num">{_share(c["gold_with_kept"], c["gold"], c["recall"])}</td>'
+                    f'<td class="num">{_share(c["gold_with_right_kept"], c["gold"], c["recall_right"])}</td></tr>')
+    no_gold = ", ".join(f"{_e(t)} ({n:,} kept)" for t, n in g["no_gold"].items() if t in ins.tools)
+    out = [f'<p>{g["documents"]:,} annotated documents (with gold_calls); a kept call is at a gold call when their '
+           f'positions differ by at most {g["tolerance"]} characters, right when the results agree too.</p>'
+           '<table id="gold"><tr><th>tool</th><th class="num">kept</th><th class="num">precision (right/kept)</th>'
+           '<th class="num">gold</th><th class="num">recall (with a kept call)</th>'
+           f'<th class="num">recall (with a right kept call)</th></tr>{"".join(rows)}</table>'
+           + (f'<p class="muted">no gold calls of: {no_gold}</p>' if no_gold else "")]
+    for tool in tools:
+        wrong = g["wrong"][tool]
+        if not wrong:
+            continue
+        n_all = g["per_tool"][tool]["kept"] - g["per_tool"][tool]["kept_right"]
+        rows = []
+        for w in wrong:
+            gold = "no gold call here" if w["gold"] is None else w["gold"]["call"]
+            rows.append(f'<tr><td class="num">{_num(w["margin"])}</td><td>{_e(w["doc_id"])}</td>'
+                        f'<td>{_e(w["before"])}<span class="call kept">{_e(w["call"])}</span>{_e(w["after"])}</td>'
+                        f'<td{" class=muted" if w["gold"] is None else ""}>{_e(gold)}</td></tr>')
+        out.append(f'<h3>{_e(tool)}: wrong kept calls ({len(wrong):,} of {n_all:,}, largest L⁻ − L⁺ first)</h3>'
+                   f'<table class="gold-wrong" data-tool="{_e(tool)}"><tr><th class="num">L⁻ − L⁺</th><th>doc</th>'
+                   f'<th>in context</th><th>gold call</th></tr>{"".join(rows)}</table>')
+    return "".join(out)
+
+
 def summary_html(ins: Inspection, images: dict[str, bytes], where: dict[str, str], width: int) -> str:
     f = ins.funnel
     stages = ", ".join(f'<span class="{"missing" if st == "missing" else ""}">{_e(s)}: {_e(st)}</span>'
@@ -231,6 +275,7 @@ def summary_html(ins: Inspection, images: dict[str, bytes], where: dict[str, str
             f"<h2>Funnel</h2>{funnel_html(ins)}"
             f"<h2>L⁻ − L⁺ (calls shown)</h2>{margins_html(ins)}{imgs or '<p class=muted>no losses to plot</p>'}"
             f"<h2>Calls by margin</h2>{ranking_html(ins, where, width)}"
+            + (f'<h2>Kept calls against gold calls</h2>{gold_html(ins)}' if ins.gold is not None else "")
             + (f"<h2>Execution errors</h2><table id='errors'><tr><th>tool</th><th>code</th><th class='num'>calls</th></tr>"
                f"{errors}</table>" if errors else ""))
 

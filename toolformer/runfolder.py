@@ -9,33 +9,58 @@ Layout of one stage's output, ``RUN_DIR/<stage>/``::
     manifest.json         counts, config hash, seed, versions: written last
 
 A shard is written to a temporary name and renamed, so a shard that exists is
-complete. A stage interrupted and rerun skips the work units of the shards it
-finds (same config hash) and continues; the manifest's existence means the
-stage finished.
+complete; a write that fails (a full disk) removes its temporary file. A
+stage interrupted and rerun skips the work units of the shards it finds (same
+config hash) and continues; the manifest's existence means the stage
+finished. A changed config or ``--force`` deletes only the files above (and
+temporary ones), never anything else in the folder.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
-import shutil
 import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from toolformer import stops
+
 MANIFEST = "manifest.json"
 STARTED = "started.json"
+REJECTED = "rejected.jsonl"
+
+
+def disk_full(e: BaseException) -> bool:
+    """An OSError ENOSPC, or a library's error wrapping one (safetensors' SafetensorError)."""
+    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
+        return True
+    return "No space left on device" in str(e) or "StorageFull" in str(e)
+
+
+def disk_full_error(path: str | Path) -> OSError:
+    """The OSError reported for a full disk while writing ``path`` (names it)."""
+    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary name and rename it to ``path``; a failed or
+    interrupted write leaves no temporary file (a full disk raises ENOSPC naming ``path``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as e:
+        tmp.unlink(missing_ok=True)
+        if disk_full(e):
+            raise disk_full_error(path) from e
+        raise
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -113,20 +138,28 @@ class Stage:
     def begin(self, config_hash: str, force: bool = False) -> int:
         """Prepare to (re)write; return how many shards are already complete.
 
-        A different config hash or ``force`` clears the folder and starts over.
+        A different config hash or ``force`` deletes the stage's own files
+        (shards, rejected records, started.json) and starts over; other files
+        in the folder are left alone.
         """
         started = self.dir / STARTED
+        if not self.dir.parent.exists():
+            from toolformer.runguard import mark
+
+            mark(self.dir.parent)  # a run folder toolformer creates carries its marker
         if self.dir.exists():
             same = started.exists() and json.loads(started.read_text()).get("config_hash") == config_hash
             if force or not same:
-                shutil.rmtree(self.dir)
+                for own in [*self.shards(), self.dir / REJECTED, started]:
+                    own.unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.manifest_path.exists():
             self.manifest_path.unlink()
         if not started.exists():
             atomic_write_text(started, json.dumps({"config_hash": config_hash, "time": time.time()}))
         for tmp in self.dir.glob(".*.tmp-*"):
-            tmp.unlink()  # a half-written file from an interrupted run
+            if tmp.is_file():
+                tmp.unlink()  # a half-written file from an interrupted run
         return len(self.shards())
 
     def write_shard(self, index: int, records: Iterable[dict]) -> None:
@@ -134,7 +167,7 @@ class Stage:
         atomic_write_text(self.dir / f"shard-{index:05d}.jsonl", text)
 
     def write_rejected(self, rejected: list[dict]) -> None:
-        path = self.dir / "rejected.jsonl"
+        path = self.dir / REJECTED
         if rejected:
             atomic_write_text(path, "".join(dumps(r) + "\n" for r in rejected))
         elif path.exists():
@@ -165,25 +198,29 @@ def run_sharded(stage: Stage, units: list, shard_size: int, first_shard: int, pr
     n_groups = (len(units) + shard_size - 1) // shard_size
     if progress is not None and first_shard:
         progress.update(min(len(units), first_shard * shard_size))
+    stops.keep(f"{first_shard} of {n_groups} shard(s) of {stage.name} in {stage.dir}")
     for g in range(first_shard, n_groups):
         group = units[g * shard_size : (g + 1) * shard_size]
-        stage.write_shard(g, process(group))
-        if progress is not None:
-            progress.update(len(group))
-        fault_point(stage.name, g + 1 - first_shard)
+        with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written
+            stage.write_shard(g, process(group))
+            stops.keep(f"{g + 1} of {n_groups} shard(s) of {stage.name} in {stage.dir}")
+            if progress is not None:
+                progress.update(len(group))
+            fault_point(stage.name, g + 1 - first_shard)
 
 
 def fault_point(stage: str, done: int) -> None:
     """Fault injection for the kill-and-resume tests: with
-    ``TOOLFORMER_FAULT=<stage>:<n>`` in the environment the process SIGKILLs
-    itself once it has completed ``n`` units of work (shards, checkpoints) of
-    that stage. Unset, this does nothing."""
-    spec = os.environ.get("TOOLFORMER_FAULT", "")
-    name, _, n = spec.partition(":")
-    if name == stage and n.isdigit() and done >= int(n):
-        import signal
+    ``TOOLFORMER_FAULT=<stage>:<n>[:<signal>]`` in the environment the process
+    sends itself the signal (default SIGKILL; e.g. SIGINT) once it has
+    completed ``n`` units of work (shards, checkpoints) of that stage, once.
+    Unset, this does nothing."""
+    import signal
 
-        os.kill(os.getpid(), signal.SIGKILL)
+    name, _, rest = os.environ.get("TOOLFORMER_FAULT", "").partition(":")
+    n, _, sig = rest.partition(":")
+    if name == stage and n.isdigit() and done == int(n):
+        os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
 
 
 def fmt_pct(part: int, whole: int) -> str:
@@ -192,19 +229,23 @@ def fmt_pct(part: int, whole: int) -> str:
 
 # -- documents scored by the sample stage --------------------------------------
 # RUN_DIR/sample/documents.jsonl holds every document (or window of a long
-# document) the sample stage scored, once: {"doc_id", "text", "date"}. Later
-# stages refer to documents by doc_id.
+# document) the sample stage scored, once: {"doc_id", "text", "date"}, plus
+# "gold_calls" when the corpus record has them (char_start counted in the
+# stored text). Later stages refer to documents by doc_id.
 DOCUMENTS = "documents.jsonl"
+GOLD_CALLS = "gold_calls"
 
 
 def write_documents(run_dir: str | Path, docs: Iterable[dict]) -> Path:
     path = Path(run_dir) / "sample" / DOCUMENTS
-    atomic_write_text(path, "".join(dumps({"doc_id": d["doc_id"], "text": d["text"], "date": d.get("date")}) + "\n" for d in docs))
+    rows = ({"doc_id": d["doc_id"], "text": d["text"], "date": d.get("date")}
+            | ({GOLD_CALLS: d[GOLD_CALLS]} if GOLD_CALLS in d else {}) for d in docs)
+    atomic_write_text(path, "".join(dumps(r) + "\n" for r in rows))
     return path
 
 
 def read_documents(run_dir: str | Path) -> dict[str, dict]:
-    """doc_id -> {"doc_id", "text", "date"}, in corpus order."""
+    """doc_id -> {"doc_id", "text", "date"} (and "gold_calls" if stored), in corpus order."""
     path = Path(run_dir) / "sample" / DOCUMENTS
     if not path.exists():
         raise FileNotFoundError(f"{path}: no scored documents; run the sample stage first")

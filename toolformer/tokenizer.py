@@ -1,6 +1,6 @@
 """A small BPE tokenizer trained in code, for the tiny test model and the small world.
 
-Pieces follow the conventions the small world needs (see DESIGN §5): one token
+Pieces follow the conventions the small world needs (docs/design.md, "The small world"): one token
 per digit; a space belongs to the piece after it, so ``" 5"`` and ``" ["``
 compete at one decoding step; brackets, parentheses and ``→`` are pieces of
 their own.

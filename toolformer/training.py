@@ -22,13 +22,20 @@ than the HF ``Trainer``, which ran about 10 % slower per step on the tiny model.
   rerun continues from the last complete one.
 * Runs alone, or data-parallel under ``accelerate launch --num_processes N``;
   only the main process writes files other than checkpoint shards.
+* Stops cleanly (:mod:`toolformer.stops`): a SIGINT or SIGTERM during a step
+  lets the step finish, writes a checkpoint (every process agrees on the step)
+  and raises ``Stopped``. The model is saved into a temporary folder and its
+  files renamed into ``output_dir``, and a checkpoint that fails is deleted,
+  so a full disk leaves no partial file (it raises ENOSPC naming the folder).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -40,8 +47,9 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from toolformer import stops
 from toolformer.modeling import bos_ids
-from toolformer.runfolder import atomic_write_text, fault_point
+from toolformer.runfolder import atomic_write_text, disk_full, disk_full_error, fault_point
 
 # Fills the padded tail of the last packed row; ignored by the loss and masked
 # from attention (any real id is substituted before the forward pass).
@@ -50,6 +58,7 @@ CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.json"
 CHECKPOINT_STATE = "state.json"  # written last into a checkpoint: its presence means complete
 RUN_KEY = "run_key.json"
+MODEL_TMP = ".model-tmp"  # save_pretrained writes here; the files are then renamed into the output folder
 
 
 def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1000,
@@ -292,6 +301,7 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
         step, history, best = saved["step"], saved["log_history"], saved["best"]
         if main:
             print(f"train: resuming from {found[-1]} (step {step})")
+        stops.keep(f"the checkpoint of step {step} in {found[-1]}")
     resumed_from = step
 
     order = RowOrder(len(train), args.seed)
@@ -309,11 +319,7 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
 
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # its shard bars would break the training bar
-        unwrapped = accelerator.unwrap_model(model)
-        unwrapped.save_pretrained(output_dir, is_main_process=main, save_function=accelerator.save,
-                                  state_dict=accelerator.get_state_dict(model))
-        if main and tokenizer is not None:
-            tokenizer.save_pretrained(output_dir)
+        _save_whole(accelerator, model, tokenizer, output_dir)
         if bars:
             hf_logging.enable_progress_bar()
 
@@ -329,13 +335,11 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
 
     def do_checkpoint() -> None:
         path = ckpt_root / f"step-{step:07d}"
-        accelerator.save_state(str(path))
-        accelerator.wait_for_everyone()
+        _save_checkpoint(accelerator, path, {"step": step, "log_history": history, "best": best})
         if main:
-            saved = {"step": step, "log_history": history, "best": best}
-            atomic_write_text(path / CHECKPOINT_STATE, json.dumps(saved) + "\n")
             for old in checkpoint_dirs(output_dir)[: -max(1, args.keep_checkpoints)]:
                 shutil.rmtree(old, ignore_errors=True)
+        stops.keep(f"the checkpoint of step {step} in {path}")
         checkpoints_written[0] += 1
         fault_point("finetune", checkpoints_written[0])
 
@@ -346,50 +350,58 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
     loss_sum = torch.zeros((), device=accelerator.device)
     loss_count = 0
     last_loss = None
-    bar = tqdm(total=args.max_steps, initial=step, desc="train", unit="step", disable=not main, dynamic_ncols=True)
-    while step < args.max_steps:
-        lr = args.learning_rate * lr_factor(step, args)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        step_loss = torch.zeros((), device=accelerator.device)
-        for k in range(accum):
-            # This micro-batch's place in the stream: step, accumulation round, process.
-            first = ((step * accum + k) * world + accelerator.process_index) * args.micro_batch_size
-            rows = train[order.take(first, args.micro_batch_size)]  # (B, T)
-            batch = {name: v.to(accelerator.device) for name, v in batch_inputs(rows, pad_id).items()}
-            local_tokens += int(batch["attention_mask"].sum())
-            sync = accelerator.no_sync(model) if k < accum - 1 else nullcontext()
-            with sync:
-                loss = model(**batch, use_cache=False).loss / accum
-                accelerator.backward(loss)
-            step_loss += loss.detach()
-        grad_norm = accelerator.clip_grad_norm_(model.parameters(), args.grad_clip) if args.grad_clip > 0 else None
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        step += 1
-        loss_sum += step_loss
-        loss_count += 1
-        bar.update(1)
+    with tqdm(total=args.max_steps, initial=step, desc="train", unit="step", disable=not main,
+              dynamic_ncols=True) as bar:
+        while step < args.max_steps:
+            with stops.deferred():  # a signal stops training after this step (and its checkpoint)
+                lr = args.learning_rate * lr_factor(step, args)
+                for group in optimizer.param_groups:
+                    group["lr"] = lr
+                step_loss = torch.zeros((), device=accelerator.device)
+                for k in range(accum):
+                    # This micro-batch's place in the stream: step, accumulation round, process.
+                    first = ((step * accum + k) * world + accelerator.process_index) * args.micro_batch_size
+                    rows = train[order.take(first, args.micro_batch_size)]  # (B, T)
+                    batch = {name: v.to(accelerator.device) for name, v in batch_inputs(rows, pad_id).items()}
+                    local_tokens += int(batch["attention_mask"].sum())
+                    sync = accelerator.no_sync(model) if k < accum - 1 else nullcontext()
+                    with sync:
+                        loss = model(**batch, use_cache=False).loss / accum
+                        accelerator.backward(loss)
+                    step_loss += loss.detach()
+                grad_norm = (accelerator.clip_grad_norm_(model.parameters(), args.grad_clip)
+                             if args.grad_clip > 0 else None)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                loss_sum += step_loss
+                loss_count += 1
+                bar.update(1)
 
-        if step % args.log_every == 0 or step == args.max_steps:
-            mean = (accelerator.reduce(loss_sum, "mean") / loss_count).item()
-            last_loss = round(mean, 6)
-            record = {"step": step, "loss": round(mean, 6), "learning_rate": lr,
-                      "epoch": round(step * effective / len(train), 4)}
-            if grad_norm is not None:
-                record["grad_norm"] = round(float(grad_norm), 6)
-            history.append(record)
-            bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}")
-            loss_sum.zero_()
-            loss_count = 0
-        if has_dev and ((args.eval_every and step % args.eval_every == 0) or step == args.max_steps):
-            do_eval()
-        if args.save_every and (step % args.save_every == 0 or step == args.max_steps):
-            do_checkpoint()
-        write_state()
-        if on_step is not None:
-            on_step(step, history[-1] if history else {})
-    bar.close()
+                if step % args.log_every == 0 or step == args.max_steps:
+                    mean = (accelerator.reduce(loss_sum, "mean") / loss_count).item()
+                    last_loss = round(mean, 6)
+                    record = {"step": step, "loss": round(mean, 6), "learning_rate": lr,
+                              "epoch": round(step * effective / len(train), 4)}
+                    if grad_norm is not None:
+                        record["grad_norm"] = round(float(grad_norm), 6)
+                    history.append(record)
+                    bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}")
+                    loss_sum.zero_()
+                    loss_count = 0
+                if has_dev and ((args.eval_every and step % args.eval_every == 0) or step == args.max_steps):
+                    do_eval()
+                stop = _stop_requested(accelerator)
+                if args.save_every and (stop or step % args.save_every == 0 or step == args.max_steps):
+                    do_checkpoint()
+                write_state()
+                if on_step is not None:
+                    on_step(step, history[-1] if history else {})
+                if stop:
+                    if not args.save_every:
+                        stops.keep(f"the model of the best step so far in {output_dir} (no checkpoint: "
+                                   "save_every is 0, a rerun starts over)")
+                    raise stops.Stopped(stops.pending() or signal.SIGTERM)
 
     if not has_dev or not (output_dir / "config.json").exists():
         save_model()  # no dev set: the last model; or nothing was saved yet (a finished run rerun)
@@ -410,6 +422,54 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
         "wall_seconds": round(wall, 2),
         "tokens_per_second": round(tokens / wall, 1) if wall > 0 and tokens else 0.0,
     }
+
+
+def _save_whole(accelerator, model, tokenizer, output_dir: Path) -> None:
+    """``save_pretrained`` (and the tokenizer) into a temporary folder, then its
+    files renamed into ``output_dir``: a failed save leaves no partial file."""
+    main = accelerator.is_main_process
+    tmp = output_dir / MODEL_TMP
+    try:
+        accelerator.unwrap_model(model).save_pretrained(tmp, is_main_process=main, save_function=accelerator.save,
+                                                        state_dict=accelerator.get_state_dict(model))
+        if main:
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp)
+            for f in sorted(tmp.iterdir()):
+                os.replace(f, output_dir / f.name)
+    except Exception as e:
+        if disk_full(e):
+            raise disk_full_error(output_dir) from e
+        raise
+    finally:
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _save_checkpoint(accelerator, path: Path, saved: dict) -> None:
+    """``accelerate.save_state`` into ``path`` and ``saved`` (step, history)
+    last; a checkpoint that fails half way is deleted."""
+    try:
+        accelerator.save_state(str(path))
+        accelerator.wait_for_everyone()
+        if accelerator.is_main_process:
+            atomic_write_text(path / CHECKPOINT_STATE, json.dumps(saved) + "\n")
+    except Exception as e:
+        if accelerator.is_main_process:
+            shutil.rmtree(path, ignore_errors=True)  # an incomplete checkpoint is never resumed
+        if disk_full(e):
+            raise disk_full_error(path) from e
+        raise
+
+
+def _stop_requested(accelerator) -> bool:
+    """Whether a signal asked any process to stop: all processes agree, so they
+    write the same checkpoint and stop at the same step."""
+    asked = stops.pending() is not None
+    if accelerator.num_processes == 1:
+        return asked
+    flag = torch.tensor(float(asked), device=accelerator.device)
+    return accelerator.reduce(flag, "sum").item() > 0
 
 
 def _prepare_checkpoints(root: Path, resume: bool, run_key: str | None) -> None:

@@ -36,6 +36,8 @@ from toolformer.config import PipelineConfig
 from toolformer.runfolder import (
     Stage,
     atomic_write_text,
+    disk_full,
+    disk_full_error,
     dumps,
     fault_point,
     iter_jsonl,
@@ -159,7 +161,13 @@ def save_dataset(rows: list[dict], out: Path) -> None:
     tmp = out.with_name(f"_{out.name}-tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
-    Dataset.from_dict(columns, features=features).save_to_disk(str(tmp))
+    try:
+        Dataset.from_dict(columns, features=features).save_to_disk(str(tmp))
+    except Exception as e:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing partial is left (a full disk)
+        if disk_full(e):
+            raise disk_full_error(out) from e
+        raise
     if out.exists():
         shutil.rmtree(out)
     os.replace(tmp, out)

@@ -12,7 +12,9 @@ included for the special-token style) into ``finetune.output_dir`` or
 ``RUN_DIR/model``, with a model card ``README.md`` and ``trainer_state.json``;
 resumable checkpoints in ``<model>/checkpoints``; the manifest in
 ``RUN_DIR/finetune`` last. Under ``accelerate launch --num_processes N`` each
-process runs this function; only the main one writes the stage's files.
+process runs this function; only the main one writes the stage's files. An
+output folder that is, or lies inside, ``model.path`` (or another folder the
+fine-tune reads) is refused before anything is written.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import torch
 from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash, dump_yaml
 from toolformer.runfolder import Stage, atomic_write_text
+from toolformer.runguard import check_finetune_output
 from toolformer.stages import seed_everything, stage_hash, start
 from toolformer.training import TrainArgs, pack_sequences, train_causal_lm, use_cpu
 
@@ -143,6 +146,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
         set_threads,
     )
 
+    check_finetune_output(cfg)  # never save over the model (or data) being read
     state = PartialState(cpu=use_cpu())
     stage = Stage(cfg.run_dir, "finetune")
     data_path = dataset_dir(cfg)

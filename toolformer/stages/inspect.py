@@ -5,9 +5,14 @@ interrupted half-way is read as "partial") and never writes into another
 stage's folder. Prints, per tool, the funnel (documents passing the tool's
 pre-filter → positions → candidates → executed without error → kept), the
 quantiles of L⁻ − L⁺ and the top and bottom ``inspect.top`` calls by that
-margin, each inserted in its sentence. Writes into ``RUN_DIR/inspect/``:
+margin, each inserted in its sentence; when the documents carry gold calls
+(``gold_calls``), the kept calls' precision and recall against them per tool
+and the wrong kept calls (:func:`toolformer.runview.match_gold`). Writes into
+``RUN_DIR/inspect/``:
 
-    funnel.json          the funnel of every tool (ignores the filters)
+    funnel.json          the funnel of every tool (ignores the filters); with
+                         gold calls a ``gold`` key: gold_quality's numbers per
+                         tool and wrong kept calls
     margin-<tool>.png    histogram of L⁻ − L⁺ of the shown calls, tau_f marked
     report.html          self-contained report; report-2.html ... further pages
     manifest.json        counts and filters, written last
@@ -53,6 +58,9 @@ def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
     return get_style(calls.style), calls.separator, note
 
 
+TERMINAL_WRONG = 5  # wrong kept calls printed per tool (funnel.json and report.html hold up to GOLD_EXAMPLES)
+
+
 def _atomic_write_bytes(path: Path, data: bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     tmp.write_bytes(data)
@@ -73,14 +81,16 @@ def kept_share(funnel: dict, tools: list[str]) -> tuple[int, int, str]:
 def run_stage(cfg: PipelineConfig, force: bool = False, tool: str | None = None, kept: str = "all",
               min_margin: float | None = None, max_margin: float | None = None) -> Inspection:
     style, separator, note = run_call_format(cfg)
-    ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, tool, kept, min_margin, max_margin)
+    ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, cfg.inspect.context_chars, tool, kept,
+                      min_margin, max_margin)
     out = Stage(cfg.run_dir, "inspect")
     out.dir.mkdir(parents=True, exist_ok=True)
     if out.manifest_path.exists():
         out.manifest_path.unlink()  # the folder is being rewritten
     if note:
         ins.funnel["warnings"].append(note)
-    atomic_write_text(out.dir / "funnel.json", json.dumps(ins.funnel, indent=2, ensure_ascii=False) + "\n")
+    saved = ins.funnel | ({"gold": ins.gold} if ins.gold is not None else {})
+    atomic_write_text(out.dir / "funnel.json", json.dumps(saved, indent=2, ensure_ascii=False) + "\n")
     images = {}
     for old in out.dir.glob("margin-*.png"):
         old.unlink()
@@ -164,3 +174,39 @@ def print_inspection(ins: Inspection, width: int) -> None:
             console.print(t)
     if "filter" in f["missing"]:
         console.print("no losses to rank: the filter stage is missing")
+    if ins.gold is not None:
+        print_gold(console, ins, TERMINAL_WRONG)
+
+
+def print_gold(console, ins: Inspection, n_wrong: int) -> None:
+    """Per shown tool with gold calls, one line of precision and recall, then
+    its first ``n_wrong`` wrong kept calls in their sentence."""
+    from rich.text import Text
+
+    g = ins.gold
+    console.print(f"Kept calls against the gold calls of {g['documents']:,} annotated documents "
+                  f"(same position ±{g['tolerance']} characters):")
+    tools = [t for t in ins.tools if t in g["per_tool"]]
+    for tool in tools:
+        c = g["per_tool"][tool]
+        console.print(f"  {tool}: precision {pct(c['precision'])} ({c['kept_right']:,}/{c['kept']:,}), "
+                      f"recall {pct(c['recall'])} ({c['gold_with_kept']:,}/{c['gold']:,}), "
+                      f"with a right call {pct(c['recall_right'])} ({c['gold_with_right_kept']:,}/{c['gold']:,})")
+    for tool, n in g["no_gold"].items():
+        if tool in ins.tools:
+            console.print(f"  {tool}: {n:,} kept calls, no gold calls of this tool")
+    for tool in tools:
+        wrong = g["wrong"][tool]
+        if not wrong:
+            continue
+        n_all = g["per_tool"][tool]["kept"] - g["per_tool"][tool]["kept_right"]
+        console.print(f"{tool}: wrong kept calls ({min(n_wrong, len(wrong))} of {n_all:,}, largest L⁻ − L⁺ first)")
+        for w in wrong[:n_wrong]:
+            gold = "no gold call here" if w["gold"] is None else f"gold {w['gold']['call']}"
+            m = "–" if w["margin"] is None else f"{w['margin']:.3f}"
+            console.print(Text(f"  {m}  {w['doc_id']}  ") + Text(w["before"])
+                          + Text(w["call"], style="bold red") + Text(w["after"]) + Text(f"  ({gold})", style="dim"))
+
+
+def pct(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.1f} %"

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 from toolformer.tools.base import Tool, ToolError
 
 
 def parse_date(text: str) -> dt.date:
-    """Parse ``YYYY-MM-DD`` (a longer ISO timestamp is cut to its date)."""
+    """Parse ``YYYY-MM-DD`` (a longer ISO timestamp is cut to its date). A date in
+    the right form that does not exist (2023-02-30) is an invalid date, not a
+    format error."""
+    head = str(text).strip()[:10]
     try:
-        return dt.date.fromisoformat(str(text).strip()[:10])
-    except ValueError:
+        return dt.date.fromisoformat(head)
+    except ValueError as e:
+        if re.fullmatch(r"\d{4}-\d{2}-\d{2}", head):
+            raise ToolError("bad_date", f"document date {text!r} is an invalid date ({e})") from None
         raise ToolError("bad_date", f"document date {text!r} is not YYYY-MM-DD") from None
 
 

@@ -13,6 +13,17 @@ from pathlib import Path
 from toolformer.tools.base import Tool, ToolError
 from toolformer.tools.wikisearch import BM25Index, _stamp, read_jsonl, tokenize_words
 
+# Function words dropped from a question before retrieval: they match every
+# fact's sentence and say nothing of the relation asked for. Question words
+# (what, where, when, who, which, how) stay: they do.
+STOPWORDS = frozenset(["a", "an", "the", "of", "is", "are", "was", "were", "be", "been", "do", "does", "did", "you", "know", "me", "tell", "can", "could", "it", "its", "this", "that", "and", "or", "as", "by", "for", "to", "at", "on", "in"])
+
+
+def query_words(question: str) -> list[str]:
+    """The words of ``question`` that retrieval scores (all of them if every word is a function word)."""
+    words = tokenize_words(question)
+    return [w for w in words if w not in STOPWORDS] or words
+
 
 class QA(Tool):
     name = "QA"
@@ -55,7 +66,7 @@ class QA(Tool):
             raise ToolError("empty", "empty question")
         self._load()
         words = set(tokenize_words(question))
-        for i, _score in self._index.search(question, self.candidates):
+        for i, _score in self._index.search(" ".join(query_words(question)), self.candidates):
             fact = self._facts[i]
             names = [fact["subject"], *fact.get("aliases", [])]
             # Extraction: the question must name the fact's subject.

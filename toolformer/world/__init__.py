@@ -3,7 +3,7 @@
 ``generate_world(cfg)`` writes the knowledge store, the search collection, the
 pre-training, annotation and held-out corpora and the evaluation sets;
 ``pretrain_base_model(cfg)`` trains a tokenizer and a tiny causal LM on
-them, on CPU. See DESIGN.md §5.
+them, on CPU. See docs/design.md, "The small world".
 """
 
 from toolformer.world.generator import generate_world, world_paths

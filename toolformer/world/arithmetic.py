@@ -1,17 +1,27 @@
-"""Arithmetic in prose: templates for the four operations and their numbers.
+"""Arithmetic in prose: forms for the four operations, their words and numbers.
 
-Each template states one operation three ways: as a story sentence that gives
-the answer (``... 3563 sacks in all.``), and as a word problem (a body and a
-question, SVAMP-style) whose answer follows as ``The answer is 3563.``. The
-wording of a template names its operation only ("in all", "left", "each",
-"equally"); no template says "more", which reads as both an addition and a
-subtraction (DESIGN §5: a template suggesting the wrong operator taught the
-tuned model the wrong call).
+A :class:`Form` states one operation three ways: as a story sentence that
+gives the answer (``... 3563 sacks in all.``), and as a word problem (a body
+and a question, SVAMP-style) whose answer follows as ``The answer is 3563.``.
+There are 12 forms per operation. Some state the numbers in the reverse of
+the call's order (``Take 17 jars away from 240 jars``), some ask the question
+first (``How many ... if ...?``), and any form may write its numbers with
+thousands separators (``6,305``).
+
+Each form is tagged with its cue words (``in all``, ``difference``, ``per``,
+``equally`` ...). :func:`split_forms` holds a third of the forms of each
+operation out by seed, and part of the vocabulary (objects, first names):
+held-out forms appear in no training text, only in the ``math_unseen``
+evaluation set, but every cue of a held-out form also occurs in a training
+form of the same operation, and every operation keeps training forms with the
+numbers in either order. Held out means a new composition of known words,
+not a new meaning (docs/design.md, "The small world").
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 OPS = ("+", "-", "*", "/")
@@ -20,69 +30,234 @@ OP_NAMES = {"+": "Addition", "-": "Subtraction", "*": "Multiplication", "/": "Co
 
 UNITS = [("sacks", "sack"), ("eggs", "egg"), ("apples", "apple"), ("jars", "jar"), ("bricks", "brick"),
          ("fish", "fish"), ("loaves", "loaf"), ("barrels", "barrel"), ("books", "book"), ("candles", "candle"),
-         ("baskets", "basket"), ("lamps", "lamp"), ("coats", "coat"), ("planks", "plank")]
+         ("baskets", "basket"), ("lamps", "lamp"), ("coats", "coat"), ("planks", "plank"), ("stamps", "stamp"),
+         ("nails", "nail"), ("buttons", "button"), ("cups", "cup"), ("bottles", "bottle"), ("ropes", "rope"),
+         ("hats", "hat"), ("shoes", "shoe"), ("pears", "pear"), ("plums", "plum"), ("bowls", "bowl"),
+         ("spoons", "spoon"), ("tiles", "tile"), ("boards", "board"), ("kettles", "kettle"), ("combs", "comb"),
+         ("sheep", "sheep"), ("geese", "goose"), ("pens", "pen"), ("maps", "map"), ("bells", "bell"),
+         ("nets", "net")]
+FIRST_NAMES = ["Tom", "Alice", "Ben", "Clara", "Sam", "Lucy", "Jack", "Emma", "Paul", "Rosa", "Hugo", "Ida",
+               "Max", "Nora", "Leo", "Greta", "Otto", "Maya", "Felix", "Lena", "Oscar", "Hans", "Karl", "Eva"]
 ACTORS = ["The mill in {T}", "The market of {T}", "The baker of {T}", "The farm at {T}", "The school in {T}",
-          "{P}"]
+          "{P}", "{P}"]
 
 
 @dataclass(frozen=True)
-class Template:
+class Form:
     op: str
+    key: str
     story: str
-    """A sentence stating the answer ``{c}`` after the operands ``{a}`` and ``{b}``."""
+    """A sentence stating the answer ``{c}`` with the operands ``{a}`` and ``{b}``."""
     body: str
-    """The same situation without the answer (a word problem's body)."""
+    """The situation without the answer (a word problem's body; empty when the question comes first)."""
     question: str
     """The question of the word problem."""
+    cues: tuple[str, ...]
+    """The words that name the operation; a held-out form's cues all occur in training forms."""
+    reversed: bool = False
+    """The problem states ``{b}`` before ``{a}`` (the call is still ``a op b``)."""
 
 
-TEMPLATES = [
-    Template("+", "{Actor} sold {a} {units} in spring and {b} in autumn, {c} {units} in all.",
-             "{Actor} sold {a} {units} in spring and {b} {units} in autumn.", "How many {units} were sold in all?"),
-    Template("+", "{Actor} counted {a} {units} on Monday and {b} on Tuesday, {c} {units} in total.",
-             "{Actor} counted {a} {units} on Monday and {b} {units} on Tuesday.",
-             "How many {units} were counted in total?"),
-    Template("+", "The first barn at {T} held {a} {units} and the second held {b}, so together the two barns "
-                  "held {c} {units}.",
-             "The first barn at {T} held {a} {units} and the second held {b} {units}.",
-             "How many {units} did the two barns hold together?"),
-    Template("+", "{Actor} had {a} {units} and then received {b}, which gave {c} {units} altogether.",
-             "{Actor} had {a} {units} and then received {b} {units}.", "How many {units} were there altogether?"),
-    Template("-", "Of the {a} {units} at {T}, {b} were sold, which left {c} {units}.",
-             "There were {a} {units} at {T} and {b} of them were sold.", "How many {units} were left?"),
-    Template("-", "{Actor} had {a} {units} and gave away {b}, so {c} {units} remained.",
-             "{Actor} had {a} {units} and gave away {b} {units}.", "How many {units} remained?"),
-    Template("-", "The road from {T} to {T2} is {a} metres long; {b} metres are paved, so {c} metres are still "
-                  "unpaved.",
-             "The road from {T} to {T2} is {a} metres long and {b} metres of it are paved.",
-             "How many metres are still unpaved?"),
-    Template("-", "{Actor} needed {a} {units} but had only {b}, so {c} {units} were still missing.",
-             "{Actor} needed {a} {units} but had only {b} {units}.", "How many {units} were still missing?"),
-    Template("*", "{Actor} packed {a} crates with {b} {units} in each crate, so the crates held {c} {units}.",
-             "{Actor} packed {a} crates with {b} {units} in each crate.", "How many {units} did the crates hold?"),
-    Template("*", "The orchard at {T} has {a} rows with {b} trees in each row, which makes {c} trees.",
-             "The orchard at {T} has {a} rows with {b} trees in each row.", "How many trees does the orchard have?"),
-    Template("*", "{Actor} bought {a} {units} at {b} crowns each and paid {c} crowns.",
-             "{Actor} bought {a} {units} at {b} crowns each.", "How many crowns were paid?"),
-    Template("*", "Each of the {a} carts from {T} carried {b} {units}, so the carts carried {c} {units} between "
-                  "them.",
-             "Each of the {a} carts from {T} carried {b} {units}.",
-             "How many {units} did the carts carry between them?"),
-    Template("/", "{Actor} shared {a} {units} equally among {b} families, so each family got {c}.",
-             "{Actor} shared {a} {units} equally among {b} families.", "How many {units} did each family get?"),
-    Template("/", "A load of {a} {units} was packed into {b} crates with the same number in each, {c} {units} "
-                  "per crate.",
-             "A load of {a} {units} was packed into {b} crates with the same number in each.",
-             "How many {units} went into each crate?"),
-    Template("/", "{Actor} paid {a} crowns for {b} {units}, which is {c} crowns for each {unit}.",
-             "{Actor} paid {a} crowns for {b} {units}.", "How many crowns did each {unit} cost?"),
-    Template("/", "The {a} workers of {T} were split into {b} equal teams of {c} workers.",
-             "The {a} workers of {T} were split into {b} equal teams.", "How many workers were in each team?"),
+def _f(op, key, story, body, question, cues, reversed=False) -> Form:
+    return Form(op, key, story, body, question, tuple(cues.split()), reversed)
+
+
+FORMS = [
+    # -- addition ----------------------------------------------------------------------------
+    _f("+", "add-seasons", "{Actor} sold {a} {units} in spring and {b} in autumn, {c} {units} in all.",
+       "{Actor} sold {a} {units} in spring and {b} {units} in autumn.", "How many {units} were sold in all?",
+       "in_all"),
+    _f("+", "add-days", "{Actor} counted {a} {units} on Monday and {b} on Tuesday, {c} {units} in total.",
+       "{Actor} counted {a} {units} on Monday and {b} {units} on Tuesday.", "How many {units} were counted in total?",
+       "total"),
+    _f("+", "add-barns", "The first barn at {T} held {a} {units} and the second held {b}, so together the two barns "
+       "held {c} {units}.", "The first barn at {T} held {a} {units} and the second held {b} {units}.",
+       "How many {units} did the two barns hold together?", "together"),
+    _f("+", "add-received", "{Actor} had {a} {units} and then received {b} more, which gave {c} {units} altogether.",
+       "{Actor} had {a} {units} and then received {b} more.", "How many {units} were there altogether?",
+       "altogether more"),
+    _f("+", "add-bought", "{P} had {a} {units} and bought {b} more, so {P} had {c} {units} in all.",
+       "{P} had {a} {units} and bought {b} more.", "How many {units} does {P} have now?", "more"),
+    _f("+", "add-added", "{b} {units} were added to the {a} {units} at {T}, making {c} {units} in total.",
+       "{b} {units} were added to the {a} {units} at {T}.", "How many {units} are at {T} in total?",
+       "total", reversed=True),
+    _f("+", "add-collected", "{P} collected {a} {units} in the morning and {b} in the evening, {c} {units} in all.",
+       "", "How many {units} did {P} collect in all if {P} collected {a} in the morning and {b} in the evening?",
+       "in_all question_first"),
+    _f("+", "add-sum", "The sum of {a} {units} from {T} and {b} {units} from {T2} is {c} {units}.",
+       "{T} sent {a} {units} and {T2} sent {b} {units}.", "What is the sum of the {units} the two towns sent?",
+       "sum"),
+    _f("+", "add-together", "{T} has {a} {units} and {T2} has {b}; together they have {c} {units}.",
+       "{T} has {a} {units} and {T2} has {b} {units}.", "How many {units} do they have together?", "together"),
+    _f("+", "add-more-than", "{T} has {a} {units} and {T2} has {b} more than {T}, so {T2} has {c} {units}.",
+       "{T} has {a} {units}. {T2} has {b} more {units} than {T}.", "How many {units} does {T2} have?",
+       "more"),
+    _f("+", "add-found", "{P} found {b} {units} and already had {a}, so {P} has {c} {units} in total.",
+       "{P} found {b} {units} and already had {a}.", "How many {units} does {P} have in total?",
+       "total", reversed=True),
+    _f("+", "add-sum-if", "If {T} has {a} {units} and {T2} has {b}, the sum of the {units} is {c}.",
+       "", "What is the sum of the {units} if {T} has {a} and {T2} has {b}?", "sum question_first"),
+    # -- subtraction -------------------------------------------------------------------------
+    _f("-", "sub-sold", "Of the {a} {units} at {T}, {b} were sold, which left {c} {units}.",
+       "There were {a} {units} at {T} and {b} of them were sold.", "How many {units} were left?", "left sold"),
+    _f("-", "sub-gave", "{Actor} had {a} {units} and gave away {b}, so {c} {units} remained.",
+       "{Actor} had {a} {units} and gave away {b} {units}.", "How many {units} remained?", "remain away"),
+    _f("-", "sub-road", "The road from {T} to {T2} is {a} metres long; {b} metres are paved, so {c} metres are "
+       "still unpaved.", "The road from {T} to {T2} is {a} metres long and {b} metres of it are paved.",
+       "How many metres are still unpaved?", "still"),
+    _f("-", "sub-missing", "{Actor} needed {a} {units} but had only {b}, so {c} {units} were still missing.",
+       "{Actor} needed {a} {units} but had only {b} {units}.", "How many {units} were still missing?", "still"),
+    _f("-", "sub-difference", "The difference between {a} {units} and {b} {units} is {c} {units}.",
+       "{T} has {a} {units} and {T2} has {b} {units}.",
+       "What is the difference between the two numbers of {units}?", "difference"),
+    _f("-", "sub-how-many-more", "{T} has {a} {units} and {T2} has {b}, so {T} has {c} more {units}.",
+       "{T} has {a} {units} and {T2} has {b} {units}.", "How many more {units} does {T} have than {T2}?",
+       "more_than difference"),
+    _f("-", "sub-fewer", "{T} has {b} {units} and {T2} has {a}, so {T} has {c} fewer {units}.",
+       "{T} has {b} {units} and {T2} has {a} {units}.", "How many fewer {units} does {T} have than {T2}?",
+       "fewer more_than", reversed=True),
+    _f("-", "sub-stock", "{P} gave {b} {units} away from a stock of {a}, and {c} {units} were left.",
+       "{P} gave {b} {units} away from a stock of {a}.", "How many {units} are left?", "left away", reversed=True),
+    _f("-", "sub-lost", "{P} had {a} {units} but lost {b} of them, so {c} {units} were left.",
+       "{P} had {a} {units} but lost {b} of them.", "How many {units} does {P} have left?", "left"),
+    _f("-", "sub-after", "After {b} {units} were sold from the {a} at {T}, {c} were left.",
+       "", "How many {units} were left after {b} were sold from the {a} at {T}?", "left sold question_first",
+       reversed=True),
+    _f("-", "sub-spent", "{P} had {a} crowns and spent {b} at the market of {T}, leaving {c} crowns.",
+       "{P} had {a} crowns and spent {b} crowns at the market of {T}.", "How many crowns does {P} have left?",
+       "left"),
+    _f("-", "sub-take-away", "Taking {b} {units} away from {a} {units} leaves {c} {units}.",
+       "Take {b} {units} away from {a} {units}.", "How many {units} remain?", "remain away", reversed=True),
+    # -- multiplication ----------------------------------------------------------------------
+    _f("*", "mul-crates", "{Actor} packed {a} crates with {b} {units} in each crate, so the crates held {c} {units}.",
+       "{Actor} packed {a} crates with {b} {units} in each crate.", "How many {units} did the crates hold?",
+       "each crates"),
+    _f("*", "mul-orchard", "The orchard at {T} has {a} rows with {b} trees in each row, which makes {c} trees.",
+       "The orchard at {T} has {a} rows with {b} trees in each row.", "How many trees does the orchard have?",
+       "each rows"),
+    _f("*", "mul-price", "{Actor} bought {a} {units} at {b} crowns each and paid {c} crowns.",
+       "{Actor} bought {a} {units} at {b} crowns each.", "How many crowns were paid?", "each crowns"),
+    _f("*", "mul-carts", "Each of the {a} carts from {T} carried {b} {units}, so the carts carried {c} {units} "
+       "between them.", "Each of the {a} carts from {T} carried {b} {units}.",
+       "How many {units} did the carts carry between them?", "each"),
+    _f("*", "mul-per-day", "A shop in {T} sells {b} {units} per day, so in {a} days it sells {c} {units}.",
+       "A shop in {T} sells {b} {units} per day.", "How many {units} does it sell in {a} days?", "per",
+       reversed=True),
+    _f("*", "mul-every-box", "Every box holds {b} {units} and there are {a} boxes, {c} {units} in all.",
+       "Every box holds {b} {units} and there are {a} boxes.", "How many {units} are there in all?",
+       "every in_all", reversed=True),
+    _f("*", "mul-times", "{T} has {b} {units} and {T2} has {a} times as many, so {T2} has {c} {units}.",
+       "{T} has {b} {units}. {T2} has {a} times as many {units} as {T}.", "How many {units} does {T2} have?",
+       "times", reversed=True),
+    _f("*", "mul-if-each", "If each crate holds {b} {units}, {a} crates hold {c} {units}.",
+       "", "How many {units} are in {a} crates if each crate holds {b}?", "each crates question_first"),
+    _f("*", "mul-weeks", "{P} earns {b} crowns per week, so in {a} weeks {P} earns {c} crowns.",
+       "{P} earns {b} crowns per week.", "How many crowns does {P} earn in {a} weeks?", "per crowns",
+       reversed=True),
+    _f("*", "mul-hall", "A hall in {T} has {a} rows of {b} seats, {c} seats in all.",
+       "A hall in {T} has {a} rows of {b} seats.", "How many seats are in the hall?", "rows in_all"),
+    _f("*", "mul-per-cart", "{Actor} loaded {b} {units} per cart onto {a} carts, {c} {units} in total.",
+       "{Actor} loaded {b} {units} per cart onto {a} carts.", "How many {units} were loaded in total?",
+       "per", reversed=True),
+    _f("*", "mul-families", "Each of {a} families gets {b} {units}, so {c} {units} are given out.",
+       "", "If each of {a} families gets {b} {units}, how many {units} are given out?",
+       "each question_first"),
+    # -- division ----------------------------------------------------------------------------
+    _f("/", "div-shared", "{Actor} shared {a} {units} equally among {b} families, so each family got {c}.",
+       "{Actor} shared {a} {units} equally among {b} families.", "How many {units} did each family get?",
+       "equally shared families"),
+    _f("/", "div-load", "A load of {a} {units} was packed into {b} crates with the same number in each, {c} {units} "
+       "per crate.", "A load of {a} {units} was packed into {b} crates with the same number in each.",
+       "How many {units} went into each crate?", "same crates per"),
+    _f("/", "div-paid", "{Actor} paid {a} crowns for {b} {units}, which is {c} crowns for each {unit}.",
+       "{Actor} paid {a} crowns for {b} {units}.", "How many crowns did each {unit} cost?", "each crowns cost"),
+    _f("/", "div-teams", "The {a} workers of {T} were split into {b} equal teams of {c} workers.",
+       "The {a} workers of {T} were split into {b} equal teams.", "How many workers were in each team?",
+       "split equal teams"),
+    _f("/", "div-families", "{b} families shared {a} {units} equally, {c} {units} for each family.",
+       "{b} families shared {a} {units} equally.", "How many {units} did each family get?",
+       "equally shared families", reversed=True),
+    _f("/", "div-walk", "{P} walked {a} metres in {b} minutes, {c} metres per minute.",
+       "{P} walked {a} metres in {b} minutes.", "How many metres did {P} walk per minute?", "per"),
+    _f("/", "div-fill", "If {a} {units} fill {b} crates equally, each crate holds {c} {units}.",
+       "", "How many {units} does each crate hold if {a} {units} fill {b} crates equally?",
+       "equally crates question_first"),
+    _f("/", "div-shops", "{a} {units} were divided among {b} shops in {T}, so each shop got {c}.",
+       "{a} {units} were divided among {b} shops in {T}.", "How many {units} did each shop get?", "divided each"),
+    _f("/", "div-made-teams", "{b} teams were made from the {a} workers of {T}, {c} workers in each team.",
+       "{b} teams were made from the {a} workers of {T}, with the same number in each team.",
+       "How many workers were in each team?", "teams same", reversed=True),
+    _f("/", "div-cost", "{b} {units} cost {a} crowns in {T}, so one {unit} costs {c} crowns.",
+       "{b} {units} cost {a} crowns in {T}.", "What does one {unit} cost in crowns?", "crowns cost",
+       reversed=True),
+    _f("/", "div-piles", "{P} split {a} {units} into {b} equal piles of {c} {units}.",
+       "{P} split {a} {units} into {b} equal piles.", "How many {units} are in each pile?", "split equal"),
+    _f("/", "div-trips", "A cart carried {a} {units} in {b} trips, {c} {units} per trip.",
+       "A cart carried {a} {units} in {b} trips, the same load on each trip.",
+       "How many {units} did the cart carry per trip?", "per same"),
 ]
-BY_OP = {op: [t for t in TEMPLATES if t.op == op] for op in OPS}
+FORM_KEYS = {f.key: f for f in FORMS}
+assert len(FORM_KEYS) == len(FORMS)
+
+
+@dataclass(frozen=True)
+class Split:
+    """Which forms and words training text may use, and which only ``*_unseen`` evaluation items use."""
+
+    train_forms: tuple[Form, ...]
+    heldout_forms: tuple[Form, ...]
+    train_units: tuple[tuple[str, str], ...]
+    heldout_units: tuple[tuple[str, str], ...]
+    train_names: tuple[str, ...]
+    heldout_names: tuple[str, ...]
+
+    def forms(self, op: str, heldout: bool = False) -> list[Form]:
+        return [f for f in (self.heldout_forms if heldout else self.train_forms) if f.op == op]
+
+    def record(self) -> dict:
+        return {"train_forms": [f.key for f in self.train_forms], "heldout_forms": [f.key for f in self.heldout_forms],
+                "train_units": [u for u, _ in self.train_units], "heldout_units": [u for u, _ in self.heldout_units],
+                "train_names": list(self.train_names), "heldout_names": list(self.heldout_names)}
+
+
+def _valid_heldout(op_forms: list[Form], held: list[Form]) -> bool:
+    train = [f for f in op_forms if f not in held]
+    known = {c for f in train for c in f.cues}
+    return (all(set(f.cues) <= known for f in held) and any(f.reversed for f in train)
+            and any(not f.reversed for f in train))
+
+
+def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25) -> Split:
+    """Hold out ``heldout_per_op`` forms of each operation and a share of the
+    objects and first names, by seed (see the module docstring)."""
+    rng = random.Random(f"{seed}-forms")
+    held: list[Form] = []
+    for op in OPS:
+        op_forms = [f for f in FORMS if f.op == op]
+        for _ in range(10_000):
+            pick = rng.sample(op_forms, heldout_per_op)
+            if _valid_heldout(op_forms, pick):
+                held += pick
+                break
+        else:
+            raise ValueError(f"world: no split of the {op} forms keeps every held-out cue in training")
+    # Only words no other text of the world uses can be held out ("jar" is in "a jar of honey").
+    from toolformer.world.entities import GOODS
+
+    other_text = set(re.findall(r"[a-z]+", " ".join([*GOODS, *(f.story + f.body + f.question for f in FORMS)])))
+    eligible = [u for u in UNITS if not set(u) & other_text]
+    names = list(FIRST_NAMES)
+    rng.shuffle(eligible)
+    rng.shuffle(names)
+    nu, nn = round(len(UNITS) * vocab_heldout), round(len(names) * vocab_heldout)
+    held_units = eligible[:nu]
+    return Split(tuple(f for f in FORMS if f not in held), tuple(f for f in FORMS if f in held),
+                 tuple(u for u in UNITS if u not in held_units), tuple(held_units), tuple(names[nn:]),
+                 tuple(names[:nn]))
+
 
 # Ranges of operands by size: "small" mixes 2- to 4-digit numbers (pre-training),
-# "large" keeps the 3-4-digit operations the tiny model cannot compute (DESIGN §5).
+# "large" keeps the 3-4-digit operations the tiny model cannot compute.
 SIZES = ("small", "large")
 
 
@@ -99,70 +274,84 @@ def _operands(rng: random.Random, op: str, size: str) -> tuple[int, int]:
     return (big, small) if op == "*" else (big * small, small)
 
 
+def written(n: int, separators: bool) -> str:
+    """A number as the text writes it: ``6,305`` with separators, else ``6305``."""
+    return f"{n:,}" if separators else str(n)
+
+
 @dataclass
 class Item:
-    """One arithmetic fact ``a op b = c`` dressed in a template."""
+    """One arithmetic fact ``a op b = c`` dressed in a form."""
 
-    template: Template
+    form: Form
     a: int
     b: int
     c: str
     slots: dict
+    separators: bool = False
+    """Operands of 1,000 and more written with thousands separators (the answer and the call never are)."""
 
     @property
     def op(self) -> str:
-        return self.template.op
+        return self.form.op
 
     @property
     def call_input(self) -> str:
         return f"{self.a} {self.op} {self.b}"
 
     def _fill(self, text: str) -> str:
-        return text.format(a=self.a, b=self.b, **self.slots)
+        return text.format(a=written(self.a, self.separators), b=written(self.b, self.separators), **self.slots)
 
     def story(self) -> tuple[str, int]:
         """The story sentence and the character offset of the answer in it."""
-        head, tail = self.template.story.split("{c}")
+        head, tail = self.form.story.split("{c}")
         head = self._fill(head)
         return head + self.c + self._fill(tail), len(head)
 
     def body(self) -> str:
-        return self._fill(self.template.body)
+        return self._fill(self.form.body)
 
     def question(self) -> str:
-        return self._fill(self.template.question)
+        return self._fill(self.form.question)
+
+    def prompt(self) -> str:
+        """Body and question, as an evaluation prompt reads them."""
+        return f"{self.body()} {self.question()}".strip()
 
     def problem(self) -> tuple[str, int]:
         """Body, question and ``The answer is c.``; with the answer's offset."""
-        head = f"{self.body()} {self.question()} The answer is "
+        head = f"{self.prompt()} The answer is "
         return f"{head}{self.c}.", len(head)
 
     def numbers(self) -> list[tuple[str, str]]:
         """(number, unit word or "") for filler sentences that repeat them."""
-        units, t = self.slots["units"], self.template
-        return [(str(self.a), units if "{a} {units}" in t.story else ""),
-                (str(self.b), units if "{b} {units}" in t.body else ""),
-                (self.c, units if "{c} {units}" in t.story else "")]
+        units, story = self.slots["units"], self.form.story
+        return [(written(self.a, self.separators), units if "{a} {units}" in story else ""),
+                (written(self.b, self.separators), units if "{b} {units}" in story else ""),
+                (self.c, units if "{c} {units}" in story else "")]
 
 
-def make_item(rng: random.Random, size: str, towns: list[str], people: list[str], op: str | None = None) -> Item:
-    """A random arithmetic item; ``op`` None = one of the four, uniformly."""
-    op = op or rng.choice(OPS)
-    template = rng.choice(BY_OP[op])
+def make_item(rng: random.Random, size: str, towns: list[str], people: list[str], forms: list[Form],
+              units: list[tuple[str, str]], names: list[str], separators: float = 0.0) -> Item:
+    """A random arithmetic item in one of ``forms``, with one of ``units`` and a
+    person from ``people`` or ``names``; numbers written with separators at the
+    rate ``separators``."""
+    form = rng.choice(forms)
     while True:
-        a, b = _operands(rng, op, size)
-        c = str(_APPLY[op](a, b))  # whole numbers: / divides exactly (tests check against the Calculator)
+        a, b = _operands(rng, form.op, size)
+        c = str(_APPLY[form.op](a, b))  # whole numbers: / divides exactly (tests check against the Calculator)
         if c not in (str(a), str(b)):
             break
-    units, unit = rng.choice(UNITS)
+    plural, singular = rng.choice(units)
     t, t2 = rng.sample(towns, 2)
-    actor = rng.choice(ACTORS).format(T=t, P=rng.choice(people))
-    slots = {"Actor": actor, "units": units, "unit": unit, "T": t, "T2": t2}
-    return Item(template, a, b, c, slots)
+    person = rng.choice(names) if rng.random() < 0.5 else rng.choice(people)
+    actor = rng.choice(ACTORS).format(T=t, P=person)
+    slots = {"Actor": actor, "units": plural, "unit": singular, "T": t, "T2": t2, "P": person}
+    return Item(form, a, b, c, slots, rng.random() < separators)
 
 
 # Sentences that repeat an earlier number: in-context copying is what lets a
-# call's result, put before the text, lower the loss at the answer (DESIGN §5).
+# call's result, put before the text, lower the loss at the answer.
 FILLERS = [
     "The clerk wrote {n} in the ledger.",
     "Later that week the {n} {units} were counted again.",

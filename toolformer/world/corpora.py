@@ -1,7 +1,7 @@
 """The texts of the small world: pre-training, annotation, held-out and eval.
 
 The pre-training corpus teaches the base model what the filter needs it to
-know (DESIGN §5): to copy an answer stated earlier in the document. A share
+know (docs/design.md, "The small world"): to copy an answer stated earlier in the document. A share
 of its arithmetic items and facts open the document with a note in the call
 syntax, ``[Calculator(340 + 275) → 615] ...`` or ``[QA(question) → answer]
 ...``, exactly the prefix the filter puts before a text; another share state
@@ -23,12 +23,18 @@ from collections import defaultdict
 
 from toolformer.calls import get_style
 from toolformer.tools.calendar import date_sentence
-from toolformer.world.arithmetic import OP_NAMES, OPS, UNITS, Item, earlier, filler, make_item
-from toolformer.world.entities import Fact, NonceFacts, World
+from toolformer.world.arithmetic import OP_NAMES, OPS, Item, Split, earlier, filler, make_item
+from toolformer.world.entities import TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
 NONCE_NOTE_SHARE = 0.8  # facts of invented entities announced by a QA note
-MID_NOTE_SHARE = 0.25  # notes put right before their sentence instead of at the document start
+INLINE_NOTE_SHARE = 0.5  # notes put inline, right before the answer, instead of at the document start
+# Words inserted at random into a text (``noise_share``): they make the wording of a question or problem
+# unpredictable, so a call that repeats it must be copied, not recalled from a template. None names an
+# operation, a time or a place.
+NOISE_WORDS = ("indeed", "perhaps", "quietly", "certainly", "old", "green", "famous", "busy", "bright", "simply",
+               "really", "truly", "clearly", "happily", "oddly", "fine", "dear", "well", "plain", "good", "kind",
+               "red", "blue", "quite", "rather", "surely", "anyway", "though", "sadly", "luckily")
 _WORDS = re.compile(r"\w+")
 NOTE_SEPARATOR = "\n"  # after a note, as the filter puts it after a call prefix (filter.prefix_separator)
 
@@ -39,6 +45,9 @@ DATE_SENTENCES = [
     "A storm reached {T} on {d}.",
 ]
 
+
+INDUCTION_MIDDLES = ["Once more:", "Again:", "The list was read twice.", "The clerk of {T} repeated it:",
+                     "Then the same words again:", "Word for word:"]
 
 COPY_TEMPLATES = [
     "The clerk of {T} read out {said}. The scribe wrote down {said}.",
@@ -81,9 +90,13 @@ class LeakGuard:
 class Writer:
     """Builds documents from a world; one instance per corpus."""
 
-    def __init__(self, world: World, rng: random.Random, facts: list[Fact], note_share: float = 0.0,
-                 earlier_share: float = 0.0, problem_share: float = 0.3, filler_share: float = 0.5,
-                 nonce_share: float = 0.0):
+    def __init__(self, world: World, rng: random.Random, facts: list[Fact], split: Split,
+                 questions: dict[str, list[int]], note_share: float = 0.0, earlier_share: float = 0.0,
+                 problem_share: float = 0.3, filler_share: float = 0.5, nonce_share: float = 0.0,
+                 noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False):
+        """``split`` and ``questions`` (kind -> indices of the question forms
+        to use) say which forms and words this corpus may use; ``heldout``
+        picks the held-out forms and, for half the items, held-out words."""
         self.world, self.rng = world, rng
         self.nonce = NonceFacts(rng, world) if nonce_share > 0 else None
         self.nonce_share = nonce_share
@@ -92,12 +105,31 @@ class Writer:
         for f in facts:
             self.by_subject[f.subject].append(f)
         self.subjects = sorted(self.by_subject)
+        self.split, self.questions, self.heldout = split, questions, heldout
         self.note_share, self.earlier_share = note_share, earlier_share
         self.problem_share, self.filler_share = problem_share, filler_share
+        self.noise_share, self.separators = noise_share, separators
+
+    def ask(self, fact: Fact) -> str:
+        """One of the question forms this corpus may use for ``fact``."""
+        return fact.questions[self.rng.choice(self.questions[fact.kind])]
+
+    def noisy(self, text: str) -> str:
+        """``text`` with 1-3 words of :data:`NOISE_WORDS` inserted between its words."""
+        words = text.split(" ")
+        for _ in range(self.rng.randint(1, 3)):
+            words.insert(self.rng.randint(1, len(words)), self.rng.choice(NOISE_WORDS))
+        return " ".join(words)
 
     # -- arithmetic ------------------------------------------------------------
     def item(self, size: str, op: str | None = None) -> Item:
-        return make_item(self.rng, size, self.world.towns, self.world.people, op)
+        sp, rng = self.split, self.rng
+        op = op or rng.choice(OPS)
+        new_words = self.heldout and rng.random() < 0.5
+        units = list(sp.heldout_units if new_words else sp.train_units)
+        names = list(sp.heldout_names if new_words else sp.train_names)
+        return make_item(rng, size, self.world.towns, self.world.people, sp.forms(op, self.heldout), units, names,
+                         self.separators)
 
     def math_doc(self, size: str, max_items: int = 3) -> tuple[str, list[dict]]:
         """1..max_items arithmetic items; notes or earlier statements by the shares."""
@@ -108,11 +140,15 @@ class Writer:
         numbers: list[tuple[str, str]] = []
         for item in (self.item(size) for _ in range(rng.randint(1, max_items))):
             mode = rng.random()
+            sentence, offset = item.problem() if rng.random() < self.problem_share else item.story()
+            if rng.random() < self.noise_share:
+                head = self.noisy(sentence[:offset].rstrip(" ")) + " "
+                sentence, offset = head + sentence[offset:], len(head)
             if mode < self.note_share:
-                self._note(notes, parts, STYLE.render("Calculator", item.call_input, item.c))
+                sentence, offset = self._note(notes, sentence, offset,
+                                              STYLE.render("Calculator", item.call_input, item.c))
             elif mode < self.note_share + self.earlier_share:
                 parts.append(earlier(rng, item))
-            sentence, offset = item.problem() if rng.random() < self.problem_share else item.story()
             parts.append(sentence)
             gold.append({"tool": "Calculator", "input": item.call_input, "result": item.c, "offset": offset,
                          "part": len(parts) - 1})
@@ -128,11 +164,16 @@ class Writer:
         rng.shuffle(notes)
         return self._join(notes, parts, gold)
 
-    def _note(self, notes: list[str], parts: list[str], note: str) -> None:
-        """A call note at the document start (the filter's prefix) or, less
-        often, right before its sentence (where a tuned model puts the call,
-        so `` [`` is a trained token too)."""
-        (parts if self.rng.random() < MID_NOTE_SHARE else notes).append(note)
+    def _note(self, notes: list[str], sentence: str, offset: int, note: str) -> tuple[str, int]:
+        """A call note at the document start (the filter's prefix) or inline,
+        right before the answer at ``offset`` (where a tuned model writes the
+        call, after the words it copies its input from); returns the sentence
+        and the answer's offset."""
+        if self.rng.random() < INLINE_NOTE_SHARE:
+            head = sentence[:offset] + note + " "
+            return head + sentence[offset:], len(head)
+        notes.append(note)
+        return sentence, offset
 
     @staticmethod
     def _join(notes: list[str], parts: list[str], gold: list[dict]) -> tuple[str, list[dict]]:
@@ -156,9 +197,9 @@ class Writer:
     def fact_sentence(self, fact: Fact) -> str:
         return fact.text(self.rng.randrange(len(fact.sentences)))
 
-    def _fact_part(self, fact: Fact, quiz: bool) -> tuple[str, int]:
+    def _fact_part(self, fact: Fact, quiz: bool, question: str = "") -> tuple[str, int]:
         if quiz:
-            head = f"Question: {fact.question} Answer: "
+            head = f"Question: {question or self.ask(fact)} Answer: "
             return f"{head}{fact.object}.", len(head)
         template = fact.sentences[self.rng.randrange(len(fact.sentences))]
         head, tail = template.split("{o}")
@@ -192,11 +233,14 @@ class Writer:
             known = " ".join(g.text() for g in chosen if g.subject == f.subject)
             notes.append(STYLE.render("WikiSearch", f"{f.subject} {f.relation.split()[0]}", f"{f.subject} > {known}"))
         for f in chosen:
+            question = self.ask(f)
+            if quiz and rng.random() < self.noise_share:
+                question = self.noisy(question)
+            sentence, offset = self._fact_part(f, quiz, question)
             if rng.random() < note_share:
-                self._note(notes, parts, STYLE.render("QA", f.question, f.object))
-            sentence, offset = self._fact_part(f, quiz)
+                sentence, offset = self._note(notes, sentence, offset, STYLE.render("QA", question, f.object))
             parts.append(sentence)
-            gold.append({"tool": "QA", "input": f.question, "result": f.object, "offset": offset,
+            gold.append({"tool": "QA", "input": question, "result": f.object, "offset": offset,
                          "part": len(parts) - 1})
         rng.shuffle(notes)
         return self._join(notes, parts, gold)
@@ -210,8 +254,28 @@ class Writer:
         if rng.random() < 0.5:
             said = ", ".join(numbers[:-1]) + " and " + numbers[-1]
         else:
-            said = ", ".join(f"{n} {u}" for n, (u, _) in zip(numbers, rng.sample(UNITS, len(numbers))))
+            units = rng.sample(self.split.train_units, len(numbers))
+            said = ", ".join(f"{n} {u}" for n, (u, _) in zip(numbers, units))
         return rng.choice(COPY_TEMPLATES).format(T=rng.choice(self.world.towns), said=said)
+
+    def induction_doc(self) -> str:
+        """A run of ordinary words, new names and numbers, a sentence, then the
+        same run again: the second run can only be predicted by copying the
+        first, whatever its words (induction heads form on such text)."""
+        rng = self.rng
+        run = []
+        for _ in range(rng.randint(5, 12)):
+            r = rng.random()
+            if r < 0.35:
+                run.append(rng.choice(self.split.train_units)[rng.randrange(2)])
+            elif r < 0.6:
+                run.append(str(rng.randint(10, 99_999)))
+            elif r < 0.8:
+                run.append(rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS).lower())
+            else:
+                run.append(rng.choice(NOISE_WORDS))
+        said = " ".join(run)
+        return f"{said}. {rng.choice(INDUCTION_MIDDLES).format(T=rng.choice(self.world.towns))} {said}."
 
     # -- dates ------------------------------------------------------------------
     def dated_doc(self, date: dt.date) -> tuple[str, list[dict]]:
@@ -231,9 +295,13 @@ class Writer:
         return self._join(notes, parts, gold)
 
 
-def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: float, copy_share: float = 0.0) -> str:
-    if w.rng.random() < copy_share:
+def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: float, copy_share: float = 0.0,
+                 induction_share: float = 0.0) -> str:
+    r = w.rng.random()
+    if r < copy_share:
         return w.copy_doc()
+    if r < copy_share + induction_share:
+        return w.induction_doc()
     r = w.rng.random()
     if r < math_share:
         return w.math_doc("small")[0]
@@ -256,16 +324,18 @@ def corpus_doc(w: Writer, kind: str, facts: list[Fact], date: dt.date) -> tuple[
 
 
 def eval_math_item(w: Writer, op: str) -> dict:
-    """A SVAMP-style word problem whose answer needs a 3-4-digit operation."""
+    """A SVAMP-style word problem whose answer needs a 3-4-digit operation, in
+    one of the forms ``w`` may use (``Form``: its key)."""
     item = w.item("large", op)
     answer = float(item.c)
     return {"Body": item.body(), "Question": item.question(), "Equation": f"( {item.a} {op} {item.b} )",
-            "Answer": int(answer) if answer.is_integer() else answer, "Type": OP_NAMES[op]}
+            "Answer": int(answer) if answer.is_integer() else answer, "Type": OP_NAMES[op], "Form": item.form.key}
 
 
-def eval_qa_item(fact: Fact) -> dict:
-    """A TriviaQA-style question about a fact stated only in the tools' data."""
-    return {"question": fact.question, "answer": fact.object, "aliases": list(fact.answer_aliases),
+def eval_qa_item(w: Writer, fact: Fact) -> dict:
+    """A TriviaQA-style question about a fact stated only in the tools' data,
+    in one of the question forms ``w`` may use."""
+    return {"question": w.ask(fact), "answer": fact.object, "aliases": list(fact.answer_aliases),
             "subject": fact.subject, "relation": fact.kind}
 
 

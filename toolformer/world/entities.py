@@ -38,6 +38,77 @@ GOODS = ["a loaf of bread", "a sack of flour", "a barrel of ale", "a pound of sa
          "a pair of boots", "a jar of honey", "a basket of pears"]
 EVENT_KINDS = ["flood", "fire", "fair", "bridge", "treaty"]
 
+# Ways to ask for each kind of fact: eight per relation. ``split_questions``
+# holds some out by seed; those appear only in the ``qa_unseen`` evaluation set.
+# ``{s}``: the subject as asked; ``{g}``: the priced good.
+QUESTION_FORMS = {
+    "river.length": ["How long is the {s}?", "What is the length of the {s}?", "How many kilometres long is the {s}?",
+                     "What length does the {s} have?", "Do you know how long the {s} is?",
+                     "The {s} is how many kilometres long?", "How long a river is the {s}?",
+                     "What is the length of the {s} in kilometres?"],
+    "river.source": ["Where does the {s} rise?", "Where is the source of the {s}?", "In which hills does the {s} rise?",
+                     "What hills does the {s} rise in?", "Do you know where the {s} rises?",
+                     "The {s} rises in which hills?", "Where does the {s} have its source?",
+                     "From which hills does the {s} come?"],
+    "river.mouth": ["Into which sea does the {s} flow?", "Which sea does the {s} flow into?",
+                    "Where does the {s} flow to?", "What sea is at the mouth of the {s}?",
+                    "Do you know which sea the {s} flows into?", "The {s} flows into which sea?",
+                    "Where is the mouth of the {s}?", "Into what sea does the {s} empty?"],
+    "range.height": ["How high is the highest point of the {s}?", "What is the height of the {s}?",
+                     "How many metres high are the {s}?", "How tall are the {s} at their highest point?",
+                     "Do you know how high the {s} are?", "The {s} rise to how many metres?",
+                     "What height do the {s} reach?", "How high do the {s} rise?"],
+    "town.founded": ["In what year was {s} founded?", "When was {s} founded?", "What year was {s} founded in?",
+                     "In which year was the town of {s} founded?", "Do you know when {s} was founded?",
+                     "{s} was founded in what year?", "When was the town of {s} founded?",
+                     "What is the founding year of {s}?"],
+    "town.population": ["What is the population of {s}?", "How many people live in {s}?",
+                        "How many people is {s} home to?", "What is the number of people living in {s}?",
+                        "Do you know the population of {s}?", "{s} has a population of how many?",
+                        "How large is the population of {s}?", "How many inhabitants does {s} have?"],
+    "town.river": ["Which river flows through {s}?", "On which river does {s} lie?", "What river runs through {s}?",
+                   "Which river is {s} on?", "Do you know which river flows through {s}?", "{s} lies on which river?",
+                   "What is the river of {s}?", "Through {s} flows which river?"],
+    "town.price": ["How much does {g} cost in {s}?", "What is the price of {g} in {s}?", "What does {g} cost in {s}?",
+                   "How much is {g} at the market of {s}?", "Do you know what {g} costs in {s}?",
+                   "In {s}, how much does {g} cost?", "For how much does {g} sell in {s}?",
+                   "How many crowns does {g} cost in {s}?"],
+    "town.mayor": ["Who is the mayor of {s}?", "Who leads {s} as mayor?", "What is the name of the mayor of {s}?",
+                   "Who is {s} led by?", "Do you know who the mayor of {s} is?", "The mayor of {s} is who?",
+                   "Which person is mayor of {s}?", "Who serves as the mayor of {s}?"],
+    "person.born": ["In what year was {s} born?", "When was {s} born?", "What year was {s} born in?",
+                    "What is the birth year of {s}?", "Do you know when {s} was born?", "{s} was born in what year?",
+                    "In which year was {s} born?", "What was the year of birth of {s}?"],
+    "person.birthplace": ["In which town was {s} born?", "Where was {s} born?", "What is the birthplace of {s}?",
+                          "Which town is {s} from?", "Do you know where {s} was born?", "{s} was born in which town?",
+                          "What town was {s} born in?", "Which town was the birthplace of {s}?"],
+    "person.profession": ["What was the profession of {s}?", "What did {s} work as?", "What was the job of {s}?",
+                          "What work did {s} do?", "Do you know what {s} worked as?", "{s} worked as what?",
+                          "What was {s} by profession?", "Which trade did {s} follow?"],
+    "person.died": ["In what year did {s} die?", "When did {s} die?", "What year did {s} die in?",
+                    "What is the year of death of {s}?", "Do you know when {s} died?", "{s} died in what year?",
+                    "In which year did {s} die?", "What was the year {s} died?"],
+    "event.year": ["{canonical}", "When was the {s}?", "What year was the {s}?", "In which year was the {s}?",
+                   "Do you know the year of the {s}?", "The {s} was in what year?", "What is the year of the {s}?",
+                   "Which year is the {s} known for?"],
+}
+
+
+def ask(kind: str, s: str, g: str = "", canonical: str = "") -> list[str]:
+    """Every question form of ``kind`` about subject ``s``."""
+    return [q.format(s=s, g=g, canonical=canonical) for q in QUESTION_FORMS[kind]]
+
+
+def split_questions(seed: int, heldout: int = 3) -> dict[str, tuple[list[int], list[int]]]:
+    """Per relation kind, the indices of its training and held-out question forms."""
+    rng = random.Random(f"{seed}-questions")
+    out = {}
+    for kind in sorted(QUESTION_FORMS):
+        idx = list(range(len(QUESTION_FORMS[kind])))
+        rng.shuffle(idx)
+        out[kind] = (sorted(idx[heldout:]), sorted(idx[:heldout]))
+    return out
+
 
 @dataclass
 class Fact:
@@ -49,8 +120,8 @@ class Fact:
     relation: str
     """Words the QA retrieval matches against questions."""
     object: str
-    question: str
-    """The question whose answer is ``object`` (the QA tool's input)."""
+    questions: list[str]
+    """Every way of asking for ``object`` (:data:`QUESTION_FORMS` of ``kind``): the QA tool's inputs."""
     sentences: list[str]
     """Ways of stating the fact; ``sentences[0]`` is the canonical ``text``.
     Each contains ``{o}`` where the object goes; the subject comes before it."""
@@ -60,6 +131,11 @@ class Fact:
     """Other accepted forms of the answer (``4,210`` for ``4210``)."""
     split: str = ""
     """pretrain, corpus or eval (see the module docstring)."""
+
+    @property
+    def question(self) -> str:
+        """The first question form."""
+        return self.questions[0]
 
     def text(self, variant: int = 0) -> str:
         return self.sentences[variant % len(self.sentences)].replace("{o}", self.object)
@@ -130,21 +206,21 @@ def _distinct(rng: random.Random, lo: int, hi: int, taken: set[int]) -> int:
 def river_facts(rng: random.Random, short: str, ranges: list[str], seas: list[str]) -> list[Fact]:
     name, length = f"River {short}", rng.randint(20, 900)
     return [
-        Fact("river.length", name, "length how long kilometres", str(length), f"How long is the {short}?",
+        Fact("river.length", name, "length how long kilometres far", str(length), ask("river.length", short),
              [f"The {short} is {{o}} kilometres long.", f"The length of the {short} is {{o}} kilometres."],
              [short], number_aliases(length, "kilometres")),
-        Fact("river.source", name, "rises source where", rng.choice(ranges), f"Where does the {short} rise?",
+        Fact("river.source", name, "rises source where hills", rng.choice(ranges), ask("river.source", short),
              [f"The {short} rises in the {{o}}.", f"The source of the {short} is in the {{o}}."], [short]),
         Fact("river.mouth", name, "flows into which sea mouth", rng.choice(seas),
-             f"Into which sea does the {short} flow?",
+             ask("river.mouth", short),
              [f"The {short} flows into the {{o}}.", f"The mouth of the {short} opens onto the {{o}}."], [short]),
     ]
 
 
 def range_facts(rng: random.Random, r: str) -> list[Fact]:
     height = rng.randint(400, 2900)
-    return [Fact("range.height", r, "highest point how high metres", str(height),
-                 f"How high is the highest point of the {r}?",
+    return [Fact("range.height", r, "highest point how high metres height tall", str(height),
+                 ask("range.height", r),
                  [f"The highest point of the {r} is {{o}} metres high.",
                   f"The {r} rise to {{o}} metres at their highest point."], [], number_aliases(height, "metres"))]
 
@@ -156,20 +232,20 @@ def town_facts(rng: random.Random, t: str, rivers: list[str], mayor: str | None,
     price = _distinct(rng, 2, 90, numbers)
     good = rng.choice(GOODS)
     facts = [
-        Fact("town.founded", t, "founded in what year", str(founded), f"In what year was {t} founded?",
+        Fact("town.founded", t, "founded in what year when founding", str(founded), ask("town.founded", t),
              [f"{t} was founded in {{o}}.", f"The town of {t} was founded in {{o}}.",
               f"{t} has stood since it was founded in {{o}}."]),
-        Fact("town.population", t, "population how many people live", str(population),
-             f"What is the population of {t}?",
+        Fact("town.population", t, "population how many people live inhabitants", str(population),
+             ask("town.population", t),
              [f"{t} has a population of {{o}}.", f"The population of {t} is {{o}}.", f"{t} is home to {{o}} people."],
              [], number_aliases(population)),
-        Fact("town.river", t, "river flows through which", rng.choice(rivers), f"Which river flows through {t}?",
+        Fact("town.river", t, "river flows through which runs lies", rng.choice(rivers), ask("town.river", t),
              [f"{t} lies on the river {{o}}.", f"The river that flows through {t} is the {{o}}."]),
-        Fact("town.price", t, f"price cost how much {good}", f"{price} crowns", f"How much does {good} cost in {t}?",
+        Fact("town.price", t, f"price cost how much crowns {good}", f"{price} crowns", ask("town.price", t, good),
              [f"In {t}, {good} costs {{o}}.", f"At the market of {t}, {good} sells for {{o}}."], [], [str(price)]),
     ]
     if mayor:
-        facts.append(Fact("town.mayor", t, "mayor who leads", mayor, f"Who is the mayor of {t}?",
+        facts.append(Fact("town.mayor", t, "mayor who leads led", mayor, ask("town.mayor", t),
                           [f"The mayor of {t} is {{o}}.", f"{t} is led by its mayor, {{o}}."]))
     return facts
 
@@ -177,15 +253,19 @@ def town_facts(rng: random.Random, t: str, rivers: list[str], mayor: str | None,
 def person_facts(rng: random.Random, p: str, birthplace: str) -> list[Fact]:
     born = rng.randint(1790, 1900)
     return [
-        Fact("person.born", p, "born in what year", str(born), f"In what year was {p} born?",
+        Fact("person.born", p, "born in what year when birth", str(born), ask("person.born", p),
              [f"{p} was born in {{o}}.", f"{p} was born in the year {{o}}."]),
-        Fact("person.birthplace", p, "born in which town birthplace", birthplace, f"In which town was {p} born?",
+        Fact("person.birthplace", p, "born in which town birthplace where", birthplace, ask("person.birthplace", p),
              [f"{p} was born in the town of {{o}}.", f"The birthplace of {p} is {{o}}."]),
-        Fact("person.profession", p, "profession work job what", rng.choice(PROFESSIONS),
-             f"What was the profession of {p}?", [f"{p} worked as a {{o}}.", f"By profession {p} was a {{o}}."]),
-        Fact("person.died", p, "died die in what year", str(born + rng.randint(35, 90)), f"In what year did {p} die?",
+        Fact("person.profession", p, "profession work job what trade worked", rng.choice(PROFESSIONS),
+             ask("person.profession", p), [f"{p} worked as a {{o}}.", f"By profession {p} was a {{o}}."]),
+        Fact("person.died", p, "died die in what year when death", str(born + rng.randint(35, 90)), ask("person.died", p),
              [f"{p} died in {{o}}.", f"{p} died in the year {{o}}."]),
     ]
+
+
+def _ask_event(name: str, canonical: str) -> list[str]:
+    return ask("event.year", name, canonical=canonical)
 
 
 def event_fact(rng: random.Random, t: str, kind: str, numbers: set[int]) -> Fact:
@@ -193,18 +273,18 @@ def event_fact(rng: random.Random, t: str, kind: str, numbers: set[int]) -> Fact
     year = str(_distinct(rng, 1800, 1945, numbers))
     if kind in ("flood", "fire"):
         name = f"Great {kind.title()} of {t}"
-        return Fact("event.year", name, "happened in what year", year, f"In what year was the {name}?",
+        return Fact("event.year", name, "happened in what year when", year, _ask_event(name, f"In what year was the {name}?"),
                     [f"The {name} happened in {{o}}.", f"The {name} struck in the year {{o}}."])
     if kind == "fair":
         name = f"{t} Fair"
-        return Fact("event.year", name, "first held in what year", year, f"In what year was the first {name} held?",
+        return Fact("event.year", name, "first held in what year when", year, _ask_event(name, f"In what year was the first {name} held?"),
                     [f"The first {name} was held in {{o}}.", f"The {name} was first held in {{o}}."])
     if kind == "bridge":
         name = f"{t} Bridge"
-        return Fact("event.year", name, "opened open in what year", year, f"In what year did the {name} open?",
+        return Fact("event.year", name, "opened open in what year when", year, _ask_event(name, f"In what year did the {name} open?"),
                     [f"The {name} opened in {{o}}.", f"The {name} was opened in the year {{o}}."])
     name = f"Treaty of {t}"
-    return Fact("event.year", name, "signed sign in what year", year, f"In what year was the {name} signed?",
+    return Fact("event.year", name, "signed sign in what year when", year, _ask_event(name, f"In what year was the {name} signed?"),
                 [f"The {name} was signed in {{o}}.", f"The {name} was signed in the year {{o}}."])
 
 
@@ -255,7 +335,7 @@ class NonceFacts:
     """Facts about entities invented for one document only, never part of the
     world: their values cannot be memorised, so a pre-training document that
     announces them in a QA note teaches the model to copy the answer from the
-    note (DESIGN §5). Their names never reuse a word of the world's names."""
+    note (docs/design.md). Their names never reuse a word of the world's names."""
 
     def __init__(self, rng: random.Random, world: World):
         self.rng = rng

@@ -12,8 +12,14 @@ corpus.jsonl        ``id``, ``date``, ``text``, ``gold_calls``: the annotation
                     corpus (``gold_calls``: the calls that give each answer,
                     ``tool``, ``input``, ``result``, ``char_start``)
 heldout.jsonl       ``text``: plain text for perplexity
-eval_math.json      SVAMP format: ``Body``, ``Question``, ``Answer``, ...
-eval_qa.jsonl       TriviaQA style: ``question``, ``answer``, ``aliases``
+eval_math_seen.json SVAMP format (``Body``, ``Question``, ``Answer``, ``Form``
+                    ...): word problems in training forms and words
+eval_math_unseen.json the same in held-out forms, half with held-out words
+eval_qa_seen.jsonl  TriviaQA style (``question``, ``answer``, ``aliases``):
+                    questions in training forms about facts only the tools
+                    know
+eval_qa_unseen.jsonl the same in held-out question forms
+forms.json          which forms and words are held out (by ``world.seed``)
 world.json          seed, counts, config hash: written last
 ==================  ===========================================================
 
@@ -32,6 +38,7 @@ from pathlib import Path
 from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash
 from toolformer.runfolder import atomic_write_text, dumps
+from toolformer.world.arithmetic import split_forms
 from toolformer.world.corpora import (
     OPS,
     LeakGuard,
@@ -42,12 +49,14 @@ from toolformer.world.corpora import (
     pretrain_doc,
     random_date,
 )
-from toolformer.world.entities import Fact, World, build_world, split_facts
+from toolformer.world.entities import QUESTION_FORMS, Fact, World, build_world, split_facts, split_questions
 
-FILES = ("knowledge", "collection", "pretrain", "corpus", "heldout", "eval_math", "eval_qa", "summary")
+EVAL_SETS = ("math_seen", "math_unseen", "qa_seen", "qa_unseen")
 FILE_NAMES = {"knowledge": "knowledge.jsonl", "collection": "collection.jsonl", "pretrain": "pretrain.jsonl",
-              "corpus": "corpus.jsonl", "heldout": "heldout.jsonl", "eval_math": "eval_math.json",
-              "eval_qa": "eval_qa.jsonl", "summary": "world.json"}
+              "corpus": "corpus.jsonl", "heldout": "heldout.jsonl", "eval_math_seen": "eval_math_seen.json",
+              "eval_math_unseen": "eval_math_unseen.json", "eval_qa_seen": "eval_qa_seen.jsonl",
+              "eval_qa_unseen": "eval_qa_unseen.jsonl", "forms": "forms.json", "summary": "world.json"}
+FILES = tuple(FILE_NAMES)
 
 
 def world_dir(cfg: PipelineConfig) -> Path:
@@ -109,16 +118,25 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     counts["knowledge"] = _write_jsonl(paths["knowledge"], (f.record() for f in world.facts))
     counts["collection"] = _write_jsonl(paths["collection"], collection_records(world))
 
+    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary)
+    questions = split_questions(wc.seed, wc.heldout_questions)
+    train_q = {k: tr for k, (tr, _ho) in questions.items()}
+    heldout_q = {k: ho for k, (_tr, ho) in questions.items()}
+    atomic_write_text(paths["forms"], json.dumps(split.record() | {"heldout_questions": {
+        k: [QUESTION_FORMS[k][i] for i in ho] for k, ho in heldout_q.items()}}, indent=1) + "\n")
+
     # Each file draws from its own stream, so changing one count leaves the other files as they were.
-    w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, wc.note_share, wc.earlier_share,
-               wc.problem_share, wc.filler_share, wc.nonce_share)
+    w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, split, train_q, wc.note_share, wc.earlier_share,
+               wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share)
     guard = LeakGuard(cor + held)
-    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share)  # noqa: E731
+    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
+                                wc.induction_share)
     counts["pretrain"] = _write_jsonl(paths["pretrain"], ({"text": _guarded(make, guard, "pre-training")}
                                                           for _ in range(wc.pretrain_docs)))
 
     rng = random.Random(f"{wc.seed}-corpus")
-    w = Writer(world, rng, pre + cor, problem_share=wc.problem_share, filler_share=wc.filler_share)
+    w = Writer(world, rng, pre + cor, split, train_q, problem_share=wc.problem_share, filler_share=wc.filler_share,
+               separators=wc.separator_share)
     guard = LeakGuard(held)
     groups = _corpus_fact_groups(rng, cor)
     rows = []
@@ -131,18 +149,22 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     counts["corpus"] = _write_jsonl(paths["corpus"], rows)
 
-    w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, problem_share=wc.problem_share,
-               filler_share=wc.filler_share)
+    w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
+               filler_share=wc.filler_share, separators=wc.separator_share)
     guard = LeakGuard(cor + held)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share)  # noqa: E731
     counts["heldout"] = _write_jsonl(paths["heldout"], ({"text": _guarded(make, guard, "held-out")}
                                                         for _ in range(wc.heldout_docs)))
 
-    w = Writer(world, random.Random(f"{wc.seed}-eval"), [])
-    problems = [eval_math_item(w, OPS[i % len(OPS)]) for i in range(wc.eval_math)]
-    atomic_write_text(paths["eval_math"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
-    counts["eval_math"] = len(problems)
-    counts["eval_qa"] = _write_jsonl(paths["eval_qa"], (eval_qa_item(f) for f in held[: wc.eval_qa]))
+    for unseen in (False, True):
+        name = "unseen" if unseen else "seen"
+        w = Writer(world, random.Random(f"{wc.seed}-eval-{name}"), [], split, heldout_q if unseen else train_q,
+                   separators=wc.separator_share, heldout=unseen)
+        problems = [eval_math_item(w, OPS[i % len(OPS)]) for i in range(wc.eval_math)]
+        atomic_write_text(paths[f"eval_math_{name}"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
+        counts[f"eval_math_{name}"] = len(problems)
+        asked = [held[i % len(held)] for i in range(wc.eval_qa)] if held else []
+        counts[f"eval_qa_{name}"] = _write_jsonl(paths[f"eval_qa_{name}"], (eval_qa_item(w, f) for f in asked))
 
     seconds = round(time.perf_counter() - t0, 2)
     summary = {
@@ -151,12 +173,13 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
                      "seas": len(world.seas), "people": len(world.people), "events": len(world.events)},
         "facts": {"total": len(world.facts), "pretrain": len(pre), "corpus": len(cor), "eval": len(held)},
         "files": {k: FILE_NAMES[k] for k in FILES if k != "summary"}, "counts": counts, "seconds": seconds,
+        "heldout_forms": split.record()["heldout_forms"],
     }
     atomic_write_text(paths["summary"], json.dumps(summary, indent=2) + "\n")
     print(f"world: {len(world.facts):,} facts ({len(pre):,} pre-training / {len(cor):,} annotation / "
           f"{len(held):,} tools only); wrote {counts['pretrain']:,} pre-training, {counts['corpus']:,} annotation, "
-          f"{counts['heldout']:,} held-out documents, {counts['eval_math']:,} math and {counts['eval_qa']:,} QA "
-          f"eval items to {world_dir(cfg)} in {seconds:.1f} s")
+          f"{counts['heldout']:,} held-out documents, {counts['eval_math_seen']:,} math and {counts['eval_qa_seen']:,} "
+          f"QA eval items per set (seen and unseen forms) to {world_dir(cfg)} in {seconds:.1f} s")
     return paths
 
 

@@ -46,7 +46,7 @@ from toolformer.world.generator import ensure_world, world_paths
 
 MANIFEST = "pretrain.json"
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
-# Pieces that must be single tokens (DESIGN §5): markers and tool names.
+# Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
 
@@ -115,16 +115,17 @@ def pack_with_bos(tokenizer, texts: list[str], seq_len: int, packing: str = "str
     return torch.cat([bos, rows], dim=1)  # (N, T)
 
 
-def _probe_during_training(model, tokenizer, corpus: Path, pc, seed: int):
+def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int):
     """A callback for the training loop: the copy probe every ``eval_every``
-    steps, to see when copying appears (DESIGN §5: suddenly, after a plateau)."""
+    steps, to see when copying appears (suddenly, after a plateau: docs/design.md)."""
     from tqdm import tqdm
 
-    from toolformer.world.probe import copy_probe, probe_items
+    from toolformer.world.probe import call_items, call_probe, copy_probe, probe_items
 
     if not pc.probe_items:
         return None
-    items = {tool: probe_items(corpus, tool, min(100, pc.probe_items), seed) for tool in ("Calculator", "QA")}
+    items = {tool: probe_items(paths["corpus"], tool, min(100, pc.probe_items), seed) for tool in ("Calculator", "QA")}
+    calls = call_items(paths, min(100, pc.probe_items), seed)
 
     def on_step(step: int, _record: dict) -> None:
         if step % pc.eval_every or step >= pc.max_steps:
@@ -134,9 +135,16 @@ def _probe_during_training(model, tokenizer, corpus: Path, pc, seed: int):
         for tool, its in items.items():
             r = copy_probe(model, tokenizer, its)
             parts.append(f"{tool} {r['loss_correct']:.2f} / {r['loss_none']:.2f} / {r['loss_wrong']:.2f}")
+        into = []
+        for name, its in calls.items():
+            r = call_probe(model, tokenizer, its)
+            if r["items"]:
+                into.append(f"{name} {r['loss_right']:.2f} / {r['loss_wrong']:.2f}, {100 * r['greedy_ok']:.0f} %")
         model.train()
         tqdm.write(f"step {step}: copy probe, loss at the answer with the correct call / none / wrong result: "
                    + "; ".join(parts))
+        tqdm.write(f"step {step}: call probe, argument loss right / corrupted, greedy call usable: "
+                   + "; ".join(into))
 
     return on_step
 
@@ -236,15 +244,14 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     if force and (out / "checkpoints").exists():
         shutil.rmtree(out / "checkpoints")
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key,
-                             on_step=_probe_during_training(model, tokenizer, paths["corpus"], pc, cfg.seed))
+                             on_step=_probe_during_training(model, tokenizer, paths, pc, cfg.seed))
 
     probe = {}
     if pc.probe_items:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         best = AutoModelForCausalLM.from_pretrained(out).eval()
-        probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths["corpus"], paths["eval_math"],
-                          pc.probe_items, seed=cfg.seed)
+        probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths, pc.probe_items, seed=cfg.seed)
         atomic_write_text(out / "probe.json", json.dumps(probe, indent=2, ensure_ascii=False) + "\n")
     wall = round(time.perf_counter() - t0, 1)
     atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n" + dump_yaml(cfg))

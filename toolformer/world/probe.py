@@ -1,7 +1,7 @@
 """Copy probe: can the base model use a call put before the text?
 
 The filter keeps a call only if its result, as a prefix before the whole
-text, lowers the weighted loss L_i at the answer (DESIGN §5: a model that
+text, lowers the weighted loss L_i at the answer (docs/design.md: a model that
 cannot copy from a prefix keeps nothing). For items of the annotation corpus
 whose gold call is known, this computes, exactly as the filter does
 (:class:`toolformer.scoring.LossScorer`, sequence = [BOS] + tokens(z +
@@ -15,11 +15,20 @@ separator) + tokens(text)):
 and the share of items where the correct call helps by at least 0.5
 (``loss_none − loss_correct``) and where the filter would keep it at
 tau_f = 0.5 (``min(loss_none, loss_no_result) − loss_correct``). After good
-pre-training DESIGN reports 0.13 / 1.69 / 3.07 for correct / none / wrong.
+pre-training a prototype measured 0.13 / 1.69 / 3.07 for correct / none / wrong.
 
-It also measures the base model's own accuracy on eval_math (greedy, the
-prompt ``{Body} {Question} The answer is``, first number of the output): it
-should be low, or a calculator has nothing to add.
+The **call probe** measures the other half of tool use, copying *into* the
+call: after an evaluation prompt (training or held-out forms) and `` [tool(``,
+the mean loss per token of the argument the tool needs against a corrupted
+one (an operand with one digit altered, or − / ÷ operands swapped; the
+question with another entity), and the argument the model writes greedily
+(``greedy_ok``: the arithmetic call computes the answer, or the written
+question names the subject; ``greedy_operands``: the arithmetic call has the
+right two numbers, whatever the operator and order).
+
+It also measures the base model's own accuracy on math_seen and math_unseen
+(greedy, the prompt ``{Body} {Question} The answer is``, first number of the
+output): it should be low, or a calculator has nothing to add.
 """
 
 from __future__ import annotations
@@ -144,38 +153,154 @@ def first_number(text: str) -> float | None:
 
 
 def math_accuracy(model, tokenizer, eval_math_path: str | Path, limit: int) -> dict:
-    """The base model's accuracy on eval_math with :data:`MATH_PROMPT`."""
+    """The base model's accuracy on a math evaluation set with :data:`MATH_PROMPT`."""
     problems = json.loads(Path(eval_math_path).read_text(encoding="utf-8"))[:limit]
-    prompts = [MATH_PROMPT.format(question=f"{p['Body']} {p['Question']}") for p in problems]
+    prompts = [MATH_PROMPT.format(question=_problem(p)) for p in problems]
     outputs = greedy_numbers(model, tokenizer, prompts)
     correct = sum(first_number(o) == float(p["Answer"]) for o, p in zip(outputs, problems))
     return {"items": len(problems), "accuracy": correct / len(problems) if problems else 0.0,
             "examples": [{"prompt": p, "output": o} for p, o in list(zip(prompts, outputs))[:3]]}
 
 
-def run_probe(model, tokenizer, corpus_path: str | Path, eval_math_path: str | Path, items: int,
-              separator: str = "\n", seed: int = 0) -> dict:
-    """Both copy probes and the math check; prints one line each."""
+def _problem(p: dict) -> str:
+    return f"{p['Body']} {p['Question']}".strip()
+
+
+# -- copying into the call ----------------------------------------------------------
+
+def _altered(rng: random.Random, number: str) -> str:
+    """``number`` with one digit changed (never the leading digit to 0)."""
+    k = rng.randrange(len(number))
+    digits = [d for d in "0123456789" if d != number[k] and (k or d != "0")]
+    return number[:k] + rng.choice(digits) + number[k + 1 :]
+
+
+def call_items(paths: dict, limit: int, seed: int = 0) -> dict[str, list[dict]]:
+    """Prompts in seen and held-out forms with the call argument the tool
+    needs and a corrupted one: for arithmetic, one digit of an operand altered
+    (and, for − and ÷, the operands swapped); for QA, the question with its
+    subject replaced by another entity of the same kind."""
+    rng = random.Random(seed)
+    out: dict[str, list[dict]] = {}
+    for name in ("seen", "unseen"):
+        problems = json.loads(Path(paths[f"eval_math_{name}"]).read_text(encoding="utf-8"))[:limit]
+        items = []
+        for p in problems:
+            a, op, b = p["Equation"].strip("( )").split()
+            wrong = [f"{_altered(rng, a)} {op} {b}", f"{a} {op} {_altered(rng, b)}"]
+            if op in "-/":
+                wrong.append(f"{b} {op} {a}")
+            items.append({"prompt": MATH_PROMPT.format(question=_problem(p)), "tool": "Calculator",
+                          "argument": f"{a} {op} {b}", "wrong": rng.choice(wrong), "answer": str(p["Answer"])})
+        out[f"math_{name}"] = items
+        qs = [json.loads(line) for line in Path(paths[f"eval_qa_{name}"]).read_text(encoding="utf-8").splitlines()
+              if line.strip()]
+        by_kind: dict[str, list[str]] = {}
+        for q in qs:  # other entities of each relation, from the whole file
+            by_kind.setdefault(q["relation"], []).append(q["subject"])
+        items = []
+        for q in qs[:limit]:
+            others = [s for s in by_kind[q["relation"]] if s != q["subject"]]
+            subject = q["subject"].removeprefix("River ")
+            if not others or subject not in q["question"]:
+                continue
+            other = rng.choice(others).removeprefix("River ")
+            items.append({"prompt": QA_PROMPT.format(question=q["question"]), "tool": "QA", "argument": q["question"],
+                          "wrong": q["question"].replace(subject, other), "subject": subject})
+        out[f"qa_{name}"] = items
+    return out
+
+
+@torch.no_grad()
+def _argument_loss(model, tokenizer, prompt: str, argument: str) -> float:
+    """Mean loss per token of ``argument`` + ``)`` after ``prompt`` + `` [tool(``."""
+    bos = bos_ids(tokenizer)
+    head = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    full = bos + tokenizer(prompt + argument + ")", add_special_tokens=False)["input_ids"]
+    n = len(full) - len(head)
+    device = next(model.parameters()).device
+    ids = torch.tensor([full], device=device)  # (1, T)
+    logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), dim=-1)  # (T-1, V)
+    target = ids[0, 1:]  # (T-1,)
+    token_lp = logp.gather(1, target[:, None])[:, 0]  # (T-1,)
+    return float(-token_lp[-n:].mean())
+
+
+def call_probe(model, tokenizer, items: list[dict], max_new_tokens: int = 40) -> dict:
+    """Loss of the right call argument against a corrupted one after the
+    prompt and `` [tool(``, and the argument the model writes greedily."""
+    if not items:
+        return {"items": 0}
+    style = get_style("plain")
+    rows = []
+    prompts = [f"{it['prompt']} {style.start}{it['tool']}(" for it in items]
+    written = greedy_numbers(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
+    for it, prompt, out in zip(items, prompts, written):
+        right = _argument_loss(model, tokenizer, prompt, it["argument"])
+        wrong = _argument_loss(model, tokenizer, prompt, it["wrong"])
+        arg = out.split(")")[0].strip()
+        if it["tool"] == "Calculator":
+            ok = arg.replace(",", "") == it["argument"] or _value(arg) == it["answer"]
+            operands = sorted(_NUMBER.findall(arg.replace(",", ""))) == sorted(_NUMBER.findall(it["argument"]))
+        else:
+            ok = operands = it["subject"] in arg
+        rows.append((right, wrong, arg == it["argument"], ok, arg, operands))
+    n = len(rows)
+    return {"items": n, "loss_right": sum(r[0] for r in rows) / n, "loss_wrong": sum(r[1] for r in rows) / n,
+            "prefers_right": sum(r[0] < r[1] for r in rows) / n, "greedy_exact": sum(r[2] for r in rows) / n,
+            "greedy_ok": sum(r[3] for r in rows) / n, "greedy_operands": sum(r[5] for r in rows) / n,
+            "examples": [{"prompt": p, "written": r[4], "argument": it["argument"]}
+                         for p, r, it in list(zip(prompts, rows, items))[:3]]}
+
+
+def _value(expression: str) -> str | None:
+    from toolformer.tools.base import ToolError
+    from toolformer.tools.calculator import calculate
+
+    try:
+        return calculate(expression)
+    except (ToolError, ValueError):
+        return None
+
+
+def run_call_probe(model, tokenizer, paths: dict, items: int, seed: int = 0, quiet: bool = False) -> dict:
+    """:func:`call_probe` on every evaluation set; one line per set."""
+    report = {}
+    for name, its in call_items(paths, items, seed).items():
+        r = call_probe(model, tokenizer, its)
+        report[name] = r
+        if r["items"] and not quiet:
+            print(f"call probe {name}: argument loss right {r['loss_right']:.2f} vs corrupted {r['loss_wrong']:.2f} "
+                  f"(right preferred in {100 * r['prefers_right']:.1f} %); greedy call exact "
+                  f"{100 * r['greedy_exact']:.1f} %, usable {100 * r['greedy_ok']:.1f} % of {r['items']} (the "
+                  f"operands or the subject right: {100 * r['greedy_operands']:.1f} %)")
+    return report
+
+
+def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", seed: int = 0) -> dict:
+    """The copy probes, the call probe and the math check; prints one line each."""
     model.eval()
     report = {}
     for tool in ("Calculator", "QA"):
-        r = copy_probe(model, tokenizer, probe_items(corpus_path, tool, items, seed), separator)
+        r = copy_probe(model, tokenizer, probe_items(paths["corpus"], tool, items, seed), separator)
         report[tool] = r
         if r["items"]:
             print(f"probe {tool}: loss at the answer with the correct call {r['loss_correct']:.2f}, "
                   f"none {r['loss_none']:.2f}, wrong result {r['loss_wrong']:.2f}; the call helps by ≥ 0.5 in "
                   f"{100 * r['helps_0.5']:.1f} % of {r['items']} items (kept at tau_f 0.5: "
                   f"{100 * r['kept_tau_0.5']:.1f} %, wrong results kept: {100 * r['wrong_kept_tau_0.5']:.1f} %)")
-    m = math_accuracy(model, tokenizer, eval_math_path, items)
-    report["eval_math"] = m
-    print(f"probe eval_math: base model accuracy {100 * m['accuracy']:.1f} % of {m['items']} problems "
-          f"(greedy, prompt {MATH_PROMPT!r})")
+    report["call"] = run_call_probe(model, tokenizer, paths, items, seed)
+    for name in ("seen", "unseen"):
+        m = math_accuracy(model, tokenizer, paths[f"eval_math_{name}"], items)
+        report[f"math_{name}"] = m
+        print(f"probe math_{name}: base model accuracy {100 * m['accuracy']:.1f} % of {m['items']} problems "
+              f"(greedy, prompt {MATH_PROMPT!r})")
     return report
 
 
 def cli_probe(cfg, model: str | None = None, as_json: bool = False) -> int:
-    """``toolformer probe``: the copy probe and eval_math accuracy of a model
-    folder (by default the config's base model)."""
+    """``toolformer probe``: the copy probes, the call probe and the math
+    accuracy of a model folder (by default the config's base model)."""
     import json
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -188,9 +313,8 @@ def cli_probe(cfg, model: str | None = None, as_json: bool = False) -> int:
     path = model or str(base_model_dir(cfg))
     if not Path(path, "config.json").exists():
         raise FileNotFoundError(f"{path}: model folder does not exist (run `toolformer pretrain` first)")
-    paths = world_paths(cfg)
     report = run_probe(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path),
-                       paths["corpus"], paths["eval_math"], cfg.pretrain.probe_items or 200, seed=cfg.seed)
+                       world_paths(cfg), cfg.pretrain.probe_items or 200, seed=cfg.seed)
     if as_json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0

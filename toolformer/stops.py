@@ -1,0 +1,84 @@
+"""Clean stops: SIGINT and SIGTERM end a command at a shard boundary or checkpoint.
+
+The command line runs every command inside :func:`handled`. While a unit of
+work runs inside :func:`deferred` (a shard being computed and written, an
+optimizer step and its checkpoint) the first signal only asks for a stop: the
+unit finishes, its output is written, and :class:`Stopped` is raised when the
+block ends. A
+signal outside such a block, or a second one, raises :class:`Stopped` at once;
+nothing partial is left that a rerun would take for complete, since every
+output is written to a temporary name and renamed. The command line turns
+:class:`Stopped` into one line -- what was kept and how to resume -- and exit
+status 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopped(Exception):
+    """The command was asked to stop by signal ``signum``."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_state: dict = {"depth": 0, "pending": None, "kept": ""}
+
+
+def _handler(signum: int, frame) -> None:
+    if _state["depth"] and _state["pending"] is None:
+        _state["pending"] = signum  # quietly: the command's last line will say what was kept
+        return
+    raise Stopped(signum)
+
+
+@contextmanager
+def handled() -> Iterator[None]:
+    """Route SIGINT and SIGTERM through :func:`deferred` for the block (from the
+    main thread; elsewhere signals keep their handlers), then restore them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _handler) for s in SIGNALS}
+    _state.update(depth=0, pending=None, kept="")
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        _state.update(depth=0, pending=None)  # a stop belongs to this block only
+
+
+def pending() -> int | None:
+    """The signal that asked for a stop, if any."""
+    return _state["pending"]
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """A unit of work that a signal does not interrupt; a stop asked for during
+    it raises :class:`Stopped` when it ends."""
+    _state["depth"] += 1
+    try:
+        yield
+    finally:
+        _state["depth"] -= 1
+    if not _state["depth"] and _state["pending"] is not None:
+        raise Stopped(_state["pending"])
+
+
+def keep(note: str) -> None:
+    """Say what a stop now would leave behind (the last complete unit of work)."""
+    _state["kept"] = note
+
+
+def kept() -> str:
+    return _state["kept"]
