@@ -1,15 +1,18 @@
 """sample → execute → filter on the shipped data with the tiny model."""
 
-import json
 import shutil
 
 import pytest
+from helpers import shard_records
 
 from toolformer.config import PipelineConfig
 from toolformer.configuration import load_config
 from toolformer.losses import is_kept
 from toolformer.pipeline import run_pipeline
 from toolformer.runfolder import Stage
+
+# The whole module annotates the shipped corpus end to end (sample, execute, filter).
+pytestmark = pytest.mark.slow
 
 FILTER_FIELDS = {"doc_id", "tool", "input", "position", "char_start", "result", "error", "call_text",
                  "call_text_no_result", "loss_none", "loss_no_result", "loss_with_result", "loss_minus",
@@ -37,13 +40,9 @@ def annotated(tiny_model_dir, tmp_path_factory):
     return cfg, run_dir, repo_root
 
 
-def _records(run_dir, stage):
-    return [json.loads(line) for p in sorted((run_dir / stage).glob("shard-*.jsonl")) for line in p.open()]
-
-
 def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
     cfg, run_dir, _ = annotated
-    recs = _records(run_dir, "filter")
+    recs = shard_records(run_dir, "filter")
     assert len(recs) > 50
     assert {r["tool"] for r in recs} >= {"Calculator", "QA"}
     for r in recs:
@@ -63,7 +62,7 @@ def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
 def test_rerun_skips_and_redone_filter_is_identical(annotated, capsys):
     cfg, run_dir, _ = annotated
     before = {s: (run_dir / s / "manifest.json").read_text() for s in ("sample", "execute", "filter")}
-    filter_before = _records(run_dir, "filter")
+    filter_before = shard_records(run_dir, "filter")
     run_pipeline(cfg)
     out = capsys.readouterr().out
     assert out.count("already complete") == 3
@@ -72,12 +71,12 @@ def test_rerun_skips_and_redone_filter_is_identical(annotated, capsys):
     run_pipeline(cfg)
     out = capsys.readouterr().out
     assert out.count("already complete") == 2 and "filter: kept" in out
-    assert _records(run_dir, "filter") == filter_before
+    assert shard_records(run_dir, "filter") == filter_before
 
 
 def test_interrupted_stage_resumes_from_complete_shards(annotated, capsys):
     cfg, run_dir, _ = annotated
-    sample_before = _records(run_dir, "sample")
+    sample_before = shard_records(run_dir, "sample")
     shards = sorted((run_dir / "sample").glob("shard-*.jsonl"))
     assert len(shards) >= 3
     # As if killed while writing shard 2: later shards and the manifest are missing,
@@ -88,7 +87,7 @@ def test_interrupted_stage_resumes_from_complete_shards(annotated, capsys):
     (run_dir / "sample" / ".shard-00002.jsonl.tmp-999").write_text('{"half": ')
     run_pipeline(cfg)
     assert "resuming after 2 complete shard(s)" in capsys.readouterr().out
-    assert _records(run_dir, "sample") == sample_before
+    assert shard_records(run_dir, "sample") == sample_before
     assert not list((run_dir / "sample").glob(".*.tmp-*"))
 
 
@@ -96,6 +95,6 @@ def test_changed_config_reruns_the_stage(annotated, capsys):
     cfg, run_dir, repo_root = annotated
     cfg2 = tiny_cfg(repo_root, cfg.model.path, run_dir, "filter.tau_filter=100.0")
     run_pipeline(cfg2)
-    recs = _records(run_dir, "filter")
+    recs = shard_records(run_dir, "filter")
     assert not any(r["kept"] for r in recs) and "filter: kept 0 of" in capsys.readouterr().out
     run_pipeline(cfg)  # back to the original config for other tests

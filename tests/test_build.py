@@ -3,6 +3,7 @@
 import json
 
 import pytest
+from helpers import write_jsonl
 
 from toolformer.calls import get_style
 from toolformer.config import PipelineConfig
@@ -78,7 +79,8 @@ def test_inserts_several_calls_and_picks_best_competitor(tmp_path, capsys):
     assert (c["documents"], c["augmented"], c["plain"], c["calls"], c["competing_dropped"]) == (3, 3, 0, 4, 1)
     assert c["per_tool"]["Calculator"] == {"kept": 3, "inserted": 2, "capped": 0}
     out = capsys.readouterr().out.strip().splitlines()[-1]
-    assert out.startswith("build: 3 augmented documents with 4 calls (Calculator 2, Calendar 1, QA 1); 0 plain mixed in")
+    assert out.startswith("build: 3 augmented documents with 4 calls (Calculator 2, Calendar 1, QA 1); "
+                          "0 plain mixed in")
     lines = (tmp_path / "run/build/augmented.jsonl").read_text().splitlines()
     assert [json.loads(x)["doc_id"] for x in lines] == ["d1", "d2", "d6"]
     # Completed: a rerun with the same config is skipped; the manifest came last.
@@ -120,7 +122,7 @@ def test_plain_documents_dropped_mixed_or_kept(tmp_path):
 
 def test_plain_mix_may_draw_from_plain_path(tmp_path):
     extra = tmp_path / "pretraining.jsonl"
-    extra.write_text("".join(json.dumps({"text": f"Old text number {n}."}) + "\n" for n in range(20)))
+    write_jsonl(extra, ({"text": f"Old text number {n}."} for n in range(20)))
     cfg = make_run(tmp_path / "a", [RECORDS[3]], plain_ratio=6.0, plain_path=str(extra))
     m = run_stage(cfg)
     ds = load(cfg)

@@ -66,8 +66,10 @@ def test_insert_and_strip_are_inverse():
 
 # Inputs: text without markers, plus balanced parentheses.
 _atom = st.text(st.characters(blacklist_characters="()[]<>\"'→-\n", blacklist_categories=("Cs",)), max_size=12)
-_balanced = st.recursive(_atom, lambda inner: st.builds(lambda a, b, c: f"{a}({b}){c}", _atom, inner, _atom), max_leaves=4)
-_result = st.one_of(st.none(), st.text(st.characters(blacklist_characters="[]<>", blacklist_categories=("Cs",)), min_size=1, max_size=20))
+_balanced = st.recursive(_atom, lambda inner: st.builds(lambda a, b, c: f"{a}({b}){c}", _atom, inner, _atom),
+                         max_leaves=4)
+_result = st.one_of(st.none(), st.text(st.characters(blacklist_characters="[]<>", blacklist_categories=("Cs",)),
+                                       min_size=1, max_size=20))
 
 
 @settings(max_examples=300, deadline=None)

@@ -1,18 +1,13 @@
 import json
-import subprocess
-import sys
 
 import pytest
+from helpers import run_cli
 
 from toolformer.cli import main
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "toolformer.cli", *args], capture_output=True, text=True)
-
-
 def test_help_lists_stage_commands():
-    out = run_cli("--help")
+    out = run_cli(["--help"])
     assert out.returncode == 0
     for cmd in ("run", "sample", "execute", "filter", "build", "finetune", "evaluate", "inspect", "tool", "generate"):
         assert cmd in out.stdout

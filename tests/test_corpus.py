@@ -1,6 +1,7 @@
 import json
 
 import pytest
+from helpers import write_jsonl
 from transformers import AutoTokenizer
 
 from toolformer.config import CorpusConfig
@@ -36,7 +37,8 @@ def test_parquet_through_datasets(tmp_path):
 def test_long_documents_split_into_windows_losing_nothing(tiny_model_dir):
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     text = " ".join(f"word{i} {i}" for i in range(200))
-    docs = split_windows([{"doc_id": "long", "text": text, "date": "2021-01-01"}, {"doc_id": "s", "text": "hi", "date": None}], tok, 50)
+    docs = split_windows([{"doc_id": "long", "text": text, "date": "2021-01-01"},
+                          {"doc_id": "s", "text": "hi", "date": None}], tok, 50)
     windows = [d for d in docs if d["doc_id"].startswith("long#w")]
     assert len(windows) > 3 and "".join(d["text"] for d in windows) == text
     assert all(len(tok(d["text"], add_special_tokens=False)["input_ids"]) <= 51 for d in windows)
@@ -51,8 +53,7 @@ def test_gold_calls_survive_into_windows_and_the_run_folder(tmp_path, tiny_model
     gold = [{"tool": "Calculator", "input": f"{i} + 0", "result": str(i), "char_start": text.index(f" {i} ") + 1}
             for i in (3, 150)]
     p = tmp_path / "c.jsonl"
-    p.write_text("".join(json.dumps(r) + "\n" for r in (
-        {"id": "long", "text": text, "gold_calls": gold}, {"id": "plain", "text": "no gold here"})))
+    write_jsonl(p, [{"id": "long", "text": text, "gold_calls": gold}, {"id": "plain", "text": "no gold here"}])
     docs = split_windows(read_corpus(CorpusConfig(path=str(p))).documents, tok, 50)
     assert "gold_calls" not in docs[-1]
     windows = [d for d in docs if d["doc_id"].startswith("long#w")]

@@ -12,6 +12,7 @@ from toolformer.config import PipelineConfig
 from toolformer.configuration import load_config
 from toolformer.demo import ROWS, run_demo
 
+pytestmark = pytest.mark.slow  # trains a base model and fine-tunes two: about a minute
 ROOT = Path(__file__).resolve().parent.parent
 
 REDUCED = [

@@ -3,6 +3,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import read_jsonl, write_jsonl
 from scripted_lm import ScriptedLM, follow
 
 from toolformer.config import PipelineConfig
@@ -17,9 +18,8 @@ def run_dir(tmp_path, tiny_model_dir):
     """A run folder with the tiny model as base (outside) and as the tuned RUN_DIR/model."""
     shutil.copytree(tiny_model_dir, tmp_path / "base")
     shutil.copytree(tiny_model_dir, tmp_path / "run" / "model")
-    (tmp_path / "heldout.jsonl").write_text(
-        "".join(json.dumps({"text": t}) + "\n" for t in
-                ["The bridge over the Vessa opened in 1968.", "Aldermoor has 4,210 people.", "x"]))
+    heldout = ["The bridge over the Vessa opened in 1968.", "Aldermoor has 4,210 people.", "x"]
+    write_jsonl(tmp_path / "heldout.jsonl", ({"text": t} for t in heldout))
     return tmp_path
 
 
@@ -61,7 +61,7 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     for name, row in res["rows"].items():
         assert set(row["tasks"]) == {"svamp", "triviaqa", "lama"}
         for task, cell in row["tasks"].items():
-            preds = [json.loads(x) for x in (out / "predictions" / name / f"{task}.jsonl").read_text().splitlines()]
+            preds = read_jsonl(out / "predictions" / name / f"{task}.jsonl")
             assert len(preds) == cell["n"]
             assert cell["accuracy"] == sum(p["correct"] for p in preds) / len(preds)
             assert cell["call_rate"] == sum(bool(p["calls"]) for p in preds) / len(preds)
@@ -78,8 +78,7 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     assert rows["control"]["call_rate"] == 0
     for name in rows:
         for task in ("svamp", "triviaqa", "lama"):
-            for line in (out / "predictions" / name / f"{task}.jsonl").read_text().splitlines():
-                p = json.loads(line)
+            for p in read_jsonl(out / "predictions" / name / f"{task}.jsonl"):
                 # Only the tool row starts calls (the random model then writes no valid one).
                 assert p["output"].lstrip(" ").startswith("[") == (name == "toolformer"), (name, p["output"])
 
@@ -169,8 +168,8 @@ def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_
 
     tok = load_tokenizer(tiny_model_dir)
     sums = run_dir / "sums.jsonl"
-    sums.write_text("".join(json.dumps({"id": f"s{i}", "question": f"What is {a}+{b}?", "answer": str(a + b)}) + "\n"
-                            for i, (a, b) in enumerate([(1234, 4321), (5, 2), (60, 7)])))
+    write_jsonl(sums, ({"id": f"s{i}", "question": f"What is {a}+{b}?", "answer": str(a + b)}
+                       for i, (a, b) in enumerate([(1234, 4321), (5, 2), (60, 7)])))
     monkeypatch.setattr(ev_stage, "_load_row_model",
                         lambda cfg, path: (ScriptedLM(tok, _calculator_script(tok), with_prompt=True), tok))
     cfg = make_cfg(run_dir, extra_models=[], perplexity_path="", max_new_tokens=24,

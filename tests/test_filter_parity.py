@@ -34,7 +34,7 @@ def _requests(tok, n, seed, window):
     return reqs, texts
 
 
-@pytest.mark.parametrize("window,budget", [(1024, 4096), (48, 300)])
+@pytest.mark.parametrize("window,budget", [pytest.param(1024, 4096, marks=pytest.mark.slow), (48, 300)])
 def test_batched_filter_matches_reference(model_and_tok, window, budget):
     """≥ 200 candidates, mixed lengths (padding), short texts (fewer than 5
     targets) and, with window 48, left cuts of the text."""
@@ -133,7 +133,8 @@ def llama_and_tok(model_and_tok):
     return model, tok
 
 
-@pytest.mark.parametrize("arch,window", [("gpt2", 1024), ("gpt2", 40), ("llama", 1024), ("llama", 40)])
+@pytest.mark.parametrize("arch,window", [pytest.param("gpt2", 1024, marks=pytest.mark.slow), ("gpt2", 40),
+                                         pytest.param("llama", 1024, marks=pytest.mark.slow), ("llama", 40)])
 def test_shared_heads_match_reference(model_and_tok, llama_and_tok, arch, window):
     """e(c, ε) and e(c, r) share BOS + the call up to the arrow: the head runs
     once and both rows continue from its cache, with the reference's losses

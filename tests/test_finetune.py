@@ -5,29 +5,26 @@ import json
 import pytest
 import torch
 from datasets import Dataset
+from helpers import write_build
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from toolformer.config import PipelineConfig
 from toolformer.configuration import load_config
-from toolformer.runfolder import Stage
 from toolformer.stages.finetune import run_stage, split_dev
 
 
-def write_build(run_dir, n=24):
+def write_sums(run_dir, n=24):
     """A build stage output made by hand: calls inline in half of the documents."""
     texts, augmented = [], []
     for i in range(n):
         a, b = 10 + i, 3 * i + 1
         if i % 2:
-            texts.append(f"Vell had {a} boats and bought {b} more, {a} + {b} = [Calculator({a} + {b}) → {a + b}] {a + b}.")
+            texts.append(f"Vell had {a} boats and bought {b} more, {a} + {b} = "
+                         f"[Calculator({a} + {b}) → {a + b}] {a + b}.")
         else:
             texts.append(f"Vell had {a} boats and bought {b} more, so it had {a + b} boats.")
         augmented.append(bool(i % 2))
-    stage = Stage(run_dir, "build")
-    stage.begin("x")
-    Dataset.from_dict({"text": texts, "doc_id": [str(i) for i in range(n)], "augmented": augmented,
-                       "calls": ["[]"] * n}).save_to_disk(str(stage.dir / "dataset"))
-    stage.finish("x", 0, {})
+    write_build(run_dir, texts, doc_id=[str(i) for i in range(n)], augmented=augmented, calls=["[]"] * n)
     return texts
 
 
@@ -42,8 +39,9 @@ def config(tmp_path, tiny_model_dir, *overrides):
     return load_config(PipelineConfig, path, list(overrides))
 
 
+@pytest.mark.slow
 def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, capsys):
-    write_build(tmp_path / "run")
+    write_sums(tmp_path / "run")
     cfg = config(tmp_path, tiny_model_dir)
     manifest = run_stage(cfg)
     out = tmp_path / "run" / "model"
@@ -73,7 +71,7 @@ def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, caps
 def test_control_data_set_and_special_call_tokens(tmp_path, tiny_model_dir):
     """Any saved data set (e.g. plain documents for a control model), another
     output folder, and the special-token call style whose tokens are added."""
-    texts = write_build(tmp_path / "run")
+    texts = write_sums(tmp_path / "run")
     plain = tmp_path / "plain"
     Dataset.from_dict({"text": [t.split(", ")[0] + "." for t in texts]}).save_to_disk(str(plain))
     cfg = config(tmp_path, tiny_model_dir, f"finetune.dataset={plain}", f"finetune.output_dir={tmp_path / 'control'}",

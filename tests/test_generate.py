@@ -5,8 +5,9 @@ import torch
 from scripted_lm import ScriptedLM, follow
 
 from toolformer.calls import get_style
-from toolformer.generate import generate_with_tools, marker_token_ids
+from toolformer.generate import generate_with_tools
 from toolformer.sandbox import Sandbox
+from toolformer.textpos import marker_token_ids
 from toolformer.tools import build_tool
 
 STYLE = get_style("plain")

@@ -7,6 +7,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from helpers import shard_records, write_jsonl
 
 from toolformer.calls import get_style, insert_calls
 from toolformer.cli import main
@@ -19,7 +20,8 @@ SCRIPT = "<script>alert('x')</script>"
 STYLE = get_style("plain")
 
 DOCS = [
-    {"doc_id": "d0", "date": "2021-03-14", "text": "Intro. The market sold 340 crates and 275 crates, 615 crates in all. Bye."},
+    {"doc_id": "d0", "date": "2021-03-14",
+     "text": "Intro. The market sold 340 crates and 275 crates, 615 crates in all. Bye."},
     {"doc_id": "d1", "date": "2021-03-20", "text": "Brightwater has 96,500 people and Aldermoor 18,240."},
     {"doc_id": "d2", "date": "2022-07-02", "text": "The Vell is 212 km long and the Oster 87 km, 299 km together."},
     {"doc_id": "d3", "date": "2022-07-09", "text": "Today the council of Kessford met."},
@@ -68,7 +70,7 @@ def _write_stage(run: Path, name: str, records: list[dict], counts: dict, shard_
     d = run / name
     d.mkdir(parents=True, exist_ok=True)
     for i in range(0, len(records), shard_size):
-        (d / f"shard-{i // shard_size:05d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records[i:i + shard_size]))
+        write_jsonl(d / f"shard-{i // shard_size:05d}.jsonl", records[i:i + shard_size])
     (d / "manifest.json").write_text(json.dumps({"stage": name, "config_hash": "x", "seed": 0, "counts": counts,
                                                  "shards": (len(records) + shard_size - 1) // shard_size}))
 
@@ -76,7 +78,7 @@ def _write_stage(run: Path, name: str, records: list[dict], counts: dict, shard_
 def make_run(root: Path, stages=("sample", "execute", "filter"), docs=DOCS, calls=CALLS) -> Path:
     run = root / "run"
     (run / "sample").mkdir(parents=True)
-    (run / "sample" / "documents.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    write_jsonl(run / "sample" / "documents.jsonl", docs)
     recs = _records(docs, calls)
     tools = ("Calculator", "QA")
     # A tool's pre-filter passes more documents than end up with candidates.
@@ -102,7 +104,7 @@ def expected_counts(run: Path) -> dict:
     """Funnel counts straight from the shard records (and the manifest for the
     two counts the records cannot give: documents and positions)."""
     def records(stage):
-        return [json.loads(x) for p in sorted((run / stage).glob("shard-*.jsonl")) for x in p.read_text().splitlines()]
+        return shard_records(run, stage)
     manifest = json.loads((run / "sample" / "manifest.json").read_text())["counts"]["per_tool"]
     out = {}
     for t in ("Calculator", "QA"):
@@ -123,7 +125,8 @@ def cfg_for(run: Path, **inspect) -> PipelineConfig:
 
 
 LABEL_TO_STEP = {"documents passing pre-filter": "documents", "positions kept": "positions",
-                 "candidate calls": "candidates", "executed without error": "executed_ok", "kept (L⁻ − L⁺ ≥ tau_f)": "kept"}
+                 "candidate calls": "candidates", "executed without error": "executed_ok",
+                 "kept (L⁻ − L⁺ ≥ tau_f)": "kept"}
 ROW = re.compile(r"^\s*(\S*)\s+(" + "|".join(re.escape(k) for k in LABEL_TO_STEP) + r")\s+([\d,]+|–)\s")
 
 
@@ -133,7 +136,8 @@ def terminal_funnel(out: str) -> dict:
         m = ROW.match(line)
         if m:
             tool = m.group(1) or tool
-            table.setdefault(tool, {})[LABEL_TO_STEP[m.group(2)]] = None if m.group(3) == "–" else int(m.group(3).replace(",", ""))
+            count = None if m.group(3) == "–" else int(m.group(3).replace(",", ""))
+            table.setdefault(tool, {})[LABEL_TO_STEP[m.group(2)]] = count
     return table
 
 
@@ -200,7 +204,8 @@ def test_terminal_funnel_equals_record_counts(tmp_path, capsys, monkeypatch):
     assert terminal_funnel(out) == expected
     saved = json.loads((run / "inspect" / "funnel.json").read_text())
     assert {t: v["counts"] for t, v in saved["per_tool"].items()} == {
-        t: dict(expected[t], failed=2 if t == "Calculator" else 1, scored=4 if t == "Calculator" else 3) for t in expected}
+        t: dict(expected[t], failed=2 if t == "Calculator" else 1, scored=4 if t == "Calculator" else 3)
+        for t in expected}
     assert saved["warnings"] == [] and saved["missing"] == []
     assert "gold" not in saved and ins.gold is None and "gold calls" not in out  # the documents have none
     assert gold_summary(run) is None
@@ -318,7 +323,8 @@ def test_sample_only_run_names_missing_stages(tmp_path, capsys):
     funnel = terminal_funnel(out)
     assert funnel["Calculator"] == {"documents": 4, "positions": 3, "candidates": 6, "executed_ok": None, "kept": None}
     assert ins.funnel["missing"] == ["execute", "filter"]
-    assert re.search(r"inspect: 2 tool\(s\), 10 candidate calls, 10 shown; .*report\.html \(1 page\(s\)\); missing stages: execute, filter", out)
+    assert re.search(r"inspect: 2 tool\(s\), 10 candidate calls, 10 shown; .*report\.html \(1 page\(s\)\); "
+                     r"missing stages: execute, filter", out)
     page = parse_page(run / "inspect" / "report.html")
     assert {c["class"] for c in page.calls} == {"pending"} and len(page.calls) == len(CALLS)
     assert "[Calculator(340 + 275)]" in {c["text"] for c in page.calls}
@@ -379,8 +385,8 @@ GOLD_TEXTS = {
     "g5": ("Not annotated: 40 + 2 is 42.", None),
 }
 GOLD_DOCS = [{"doc_id": d, "date": None, "text": text}
-             | ({} if gold is None else {"gold_calls": [{"tool": t, "input": i, "result": r, "char_start": text.index(r)}
-                                                        for t, i, r in gold]})
+             | ({} if gold is None else {"gold_calls": [
+                 {"tool": t, "input": i, "result": r, "char_start": text.index(r)} for t, i, r in gold]})
              for d, (text, gold) in GOLD_TEXTS.items()]
 GOLD_RUN_CALLS = [  # as CALLS; tau_f 0.5 (Calculator), 1.0 (QA)
     ("g0", "Calculator", "340 + 275", "615", "615.0", 3.0, 2.5, 0.4),  # 2.1 kept, right: 615.0 == 615

@@ -1,13 +1,12 @@
 """Faults: killed stages, hostile tool inputs, bad data, determinism, side effects."""
 
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers import read_jsonl, run_cli, shard_lines, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -26,15 +25,6 @@ def _overrides(model_dir, run_dir):
             "stages=[sample, execute, filter]"]
 
 
-def _records(run_dir, stage):
-    return [line for p in sorted((Path(run_dir) / stage).glob("shard-*.jsonl")) for line in p.open()]
-
-
-def _cli(args, env=None):
-    return subprocess.run([sys.executable, "-m", "toolformer.cli", *args], capture_output=True, text=True,
-                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=600)
-
-
 @pytest.fixture(scope="module")
 def reference_run(tiny_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ref") / "run"
@@ -43,23 +33,25 @@ def reference_run(tiny_model_dir, tmp_path_factory):
     return run_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["sample", "execute", "filter"])
 def test_sigkill_then_rerun_equals_uninterrupted(stage, reference_run, tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
     args = ["run", "--config", "configs/tiny.yaml", *_overrides(tiny_model_dir, run_dir)]
-    killed = _cli(args, {"TOOLFORMER_FAULT": f"{stage}:2"})
+    killed = run_cli(args, {"TOOLFORMER_FAULT": f"{stage}:2"})
     assert killed.returncode == -9, killed.stderr[-2000:]  # SIGKILL after 2 shards of the stage
     assert not (run_dir / stage / "manifest.json").exists()
     assert len(list((run_dir / stage).glob("shard-*.jsonl"))) == 2
-    again = _cli(args)
+    again = run_cli(args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming after 2 complete shard(s)" in again.stdout
     for s in ("sample", "execute", "filter"):
-        got, want = _records(run_dir, s), _records(reference_run, s)
+        got, want = shard_lines(run_dir, s), shard_lines(reference_run, s)
         assert got == want, s  # same records, same order: none lost, none duplicated
         assert len(set(got)) == len(got) or s == "sample"
 
 
+@pytest.mark.slow
 def test_same_seed_gives_byte_identical_records(reference_run, tiny_model_dir, tmp_path):
     cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", _overrides(tiny_model_dir, tmp_path / "again"))
     run_pipeline(cfg)
@@ -98,6 +90,7 @@ _hostile = st.one_of(_code_like, _arith, st.text(max_size=300),
                      st.tuples(_arith, _code_like).map(lambda t: t[0] + t[1]))
 
 
+@pytest.mark.slow
 @settings(max_examples=10_000, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(expr=_hostile)
 def test_calculator_never_raises_never_runs_code(expr):
@@ -140,10 +133,10 @@ def test_hostile_tools_contained_while_the_execute_stage_finishes(tiny_model_dir
     run_dir = tmp_path / "run"
     (run_dir / "sample").mkdir(parents=True)
     docs = [{"doc_id": "a", "text": "x y z", "date": None}]
-    (run_dir / "sample" / "documents.jsonl").write_text(json.dumps(docs[0]) + "\n")
+    write_jsonl(run_dir / "sample" / "documents.jsonl", docs)
     recs = [{"doc_id": "a", "tool": t, "input": str(i), "position": 0, "char_start": 0, "p_i": None, "source": "rules"}
             for i, t in enumerate(["Hang", "Crash", "Megabytes", "Calculator"])]
-    (run_dir / "sample" / "shard-00000.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    write_jsonl(run_dir / "sample" / "shard-00000.jsonl", recs)
     cfg = load_config(PipelineConfig, None, [f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
                                              "tools.enabled=[Hang, Crash, Megabytes, Calculator]",
                                              "tools.timeout_s=0.5", "tools.max_result_chars=100"])
@@ -154,7 +147,7 @@ def test_hostile_tools_contained_while_the_execute_stage_finishes(tiny_model_dir
     t0 = time.perf_counter()
     execute.run_stage(cfg)
     assert time.perf_counter() - t0 < 30
-    out = {json.loads(line)["tool"]: json.loads(line) for line in _records(run_dir, "execute")}
+    out = {json.loads(line)["tool"]: json.loads(line) for line in shard_lines(run_dir, "execute")}
     assert out["Hang"]["error"]["code"] == "timeout"
     assert out["Crash"]["error"]["code"] == "exception" and "MemoryError" in out["Crash"]["error"]["message"]
     assert len(out["Megabytes"]["result"]) == 101
@@ -192,15 +185,15 @@ def test_bad_corpus_records_counted_and_written_to_rejected(tiny_model_dir, tmp_
         json.dumps({"id": "ok1", "text": "duplicate id"}).encode(),
     ]) + b"\n")
     run_dir = tmp_path / "run"
-    res = _cli(["sample", "--config", "configs/tiny.yaml", f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
+    res = run_cli(["sample", "--config", "configs/tiny.yaml", f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
                 f"corpus.path={corpus}", "model.max_length=256", "tools.enabled=[Calculator]",
                 "sample.method={Calculator: rules}"])
     assert res.returncode == 0, res.stderr[-2000:]
     assert "4 records rejected" in res.stdout
-    rejected = [json.loads(line) for line in (run_dir / "sample" / "rejected.jsonl").open()]
+    rejected = read_jsonl(run_dir / "sample" / "rejected.jsonl")
     lines = sorted(int(r["source"].rsplit(":", 1)[1]) for r in rejected)
     assert lines == [3, 4, 5, 7] and all(str(corpus) in r["source"] and r["reason"] for r in rejected)
-    docs = [json.loads(line) for line in (run_dir / "sample" / "documents.jsonl").open()]
+    docs = read_jsonl(run_dir / "sample" / "documents.jsonl")
     windows = [d for d in docs if d["doc_id"].startswith("long#w")]
     assert len(windows) > 1 and "".join(d["text"] for d in windows) == long_text  # split, nothing lost
 
@@ -211,7 +204,7 @@ def test_bad_corpus_records_counted_and_written_to_rejected(tiny_model_dir, tmp_
     ("model.path=/no/such/model", "model folder /no/such/model does not exist"),
 ])
 def test_bad_config_clear_message(override, message, tiny_model_dir):
-    res = _cli(["sample", "--config", "configs/tiny.yaml", f"model.path={tiny_model_dir}", "run_dir=/tmp/tf-bad",
+    res = run_cli(["sample", "--config", "configs/tiny.yaml", f"model.path={tiny_model_dir}", "run_dir=/tmp/tf-bad",
                 override])
     assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]
 
@@ -243,6 +236,7 @@ def reference_tuned(tiny_model_dir, tmp_path_factory):
     return run_dir, ov
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stage", ["build", "finetune"])
 def test_sigkill_build_and_finetune_then_rerun(stage, reference_tuned, tmp_path):
     import torch
@@ -252,10 +246,10 @@ def test_sigkill_build_and_finetune_then_rerun(stage, reference_tuned, tmp_path)
     run_dir = tmp_path / "run"
     ov = [o if not o.startswith("run_dir=") else f"run_dir={run_dir}" for o in ov]
     args = ["run", "--config", "configs/tiny.yaml", *ov]
-    killed = _cli(args, {"TOOLFORMER_FAULT": f"{stage}:1"})
+    killed = run_cli(args, {"TOOLFORMER_FAULT": f"{stage}:1"})
     assert killed.returncode == -9, killed.stderr[-2000:]
     assert not (run_dir / stage / "manifest.json").exists()
-    again = _cli(args)
+    again = run_cli(args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert (run_dir / "build" / "augmented.jsonl").read_bytes() == (ref_dir / "build" / "augmented.jsonl").read_bytes()
     state = json.loads((run_dir / "model" / "trainer_state.json").read_text())

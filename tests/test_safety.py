@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from helpers import jsonl, run_cli, shard_lines, write_build
 
 from toolformer.cli import main
 from toolformer.config import CorpusConfig
@@ -28,18 +29,9 @@ def overrides(model_dir, run_dir, *more):
             "tools.enabled=[Calculator]", "sample.method={Calculator: rules}", "filter.tau_filter=0.0", *more]
 
 
-def cli(args, env=None, **kw):
-    return subprocess.run([sys.executable, "-m", "toolformer.cli", *args], capture_output=True, text=True, cwd=ROOT,
-                          env={**os.environ, **(env or {})}, timeout=300, **kw)
-
-
 def snapshot(folder: Path) -> dict:
     """Every file's bytes and every folder, by relative path."""
     return {str(p.relative_to(folder)): p.read_bytes() if p.is_file() else None for p in sorted(folder.rglob("*"))}
-
-
-def shards(run_dir: Path, stage: str) -> bytes:
-    return b"".join(p.read_bytes() for p in sorted((run_dir / stage).glob("shard-*.jsonl")))
 
 
 HOLDER = """
@@ -63,7 +55,7 @@ def hold(folder: Path, env=None) -> subprocess.Popen:
 def reference(tiny_model_dir, tmp_path_factory):
     """An uninterrupted run of sample, execute, filter with the quick settings."""
     run_dir = tmp_path_factory.mktemp("reference") / "run"
-    res = cli(["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir),
+    res = run_cli(["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir),
                "stages=[sample, execute, filter]"])
     assert res.returncode == 0, res.stderr[-2000:]
     return run_dir
@@ -108,7 +100,7 @@ def test_two_runs_started_together_leave_one_winner(tiny_model_dir, tmp_path, re
     loser_err = next(e for p, _, e in results if p.returncode == 2)
     assert f"in use by process {winner.pid}" in loser_err and "Traceback" not in loser_err
     for stage in ("sample", "execute", "filter"):
-        assert shards(run_dir, stage) == shards(reference, stage), stage  # nothing mixed, nothing lost
+        assert shard_lines(run_dir, stage) == shard_lines(reference, stage), stage  # nothing mixed, nothing lost
     assert not list(run_dir.rglob("*.tmp-*"))
 
 
@@ -213,10 +205,6 @@ ROWS = [{"id": "a1", "text": "She paid 18 + 12 = 30 dollars.", "date": "2021-03-
         {"id": "a2", "text": "Lake Orun has 4 islands.", "date": None}]
 
 
-def _jsonl(rows) -> bytes:
-    return "".join(json.dumps(r) + "\n" for r in rows).encode()
-
-
 def _docs(path, **cfg):
     return [(d["doc_id"], d["text"], d["date"]) for d in read_corpus(CorpusConfig(path=str(path), **cfg)).documents]
 
@@ -225,15 +213,15 @@ WANT = [("a1", ROWS[0]["text"], "2021-03-04"), ("a2", ROWS[1]["text"], None)]
 
 
 def test_compressed_jsonl(tmp_path):
-    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(_jsonl(ROWS)))
+    (tmp_path / "c.jsonl.gz").write_bytes(gzip.compress(jsonl(ROWS).encode()))
     assert _docs(tmp_path / "c.jsonl.gz") == WANT
     zstandard = pytest.importorskip("zstandard")
-    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(_jsonl(ROWS)))
+    (tmp_path / "c.jsonl.zst").write_bytes(zstandard.ZstdCompressor().compress(jsonl(ROWS).encode()))
     assert _docs(tmp_path / "c.jsonl.zst") == WANT
     folder = tmp_path / "shards"
     folder.mkdir()
-    (folder / "part-0.jsonl.gz").write_bytes(gzip.compress(_jsonl(ROWS[:1])))
-    (folder / "part-1.jsonl").write_bytes(_jsonl(ROWS[1:]))
+    (folder / "part-0.jsonl.gz").write_bytes(gzip.compress(jsonl(ROWS[:1]).encode()))
+    (folder / "part-1.jsonl").write_bytes(jsonl(ROWS[1:]).encode())
     assert _docs(folder) == WANT
 
 
@@ -263,7 +251,7 @@ def test_text_csv_parquet_and_saved_datasets(tmp_path):
 
 
 def test_compressed_never_read_as_text_and_unknown_suffix_refused(tmp_path):
-    packed = gzip.compress(_jsonl(ROWS))
+    packed = gzip.compress(jsonl(ROWS).encode())
     for name in ("c.txt", "c.jsonl", "c.csv"):
         (tmp_path / name).write_bytes(packed)
         with pytest.raises(ValueError, match=f"{name}: the file is gzip-compressed but its name says plain"):
@@ -292,7 +280,7 @@ def test_looks_local():
 ])
 def test_missing_local_paths_fail_at_once(override, message, tiny_model_dir, tmp_path):
     t0 = time.perf_counter()
-    res = cli(["sample", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, tmp_path / "run"), override])
+    res = run_cli(["sample", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, tmp_path / "run"), override])
     assert res.returncode == 2 and message in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]
     assert time.perf_counter() - t0 < 5 and not (tmp_path / "run").exists()
 
@@ -308,7 +296,7 @@ def test_hub_id_with_the_hub_unreachable_fails_within_5_s(tiny_model_dir, tmp_pa
     try:
         for extra in ({}, {"HF_HUB_OFFLINE": "1"}):
             t0 = time.perf_counter()
-            res = cli(args, {**env, **extra})
+            res = run_cli(args, {**env, **extra})
             assert time.perf_counter() - t0 < 5, extra
             assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
             assert "model.path: someorg/somemodel is not a local path" in res.stderr
@@ -325,29 +313,23 @@ def test_sigint_stops_at_a_shard_boundary_and_resumes(tiny_model_dir, tmp_path, 
     run_dir = tmp_path / "run"
     args = ["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir),
             "stages=[sample, execute, filter]"]
-    stopped = cli(args, {"TOOLFORMER_FAULT": "sample:2:SIGINT"})
+    stopped = run_cli(args, {"TOOLFORMER_FAULT": "sample:2:SIGINT"})
     assert stopped.returncode == 130, stopped.stderr[-2000:]
     last = stopped.stderr.strip().splitlines()[-1]
     assert last.startswith("toolformer: stopped by SIGINT; kept 2 of ") and "rerun the same command" in last
     assert "Traceback" not in stopped.stderr
     assert len(list((run_dir / "sample").glob("shard-*.jsonl"))) == 2
-    again = cli(args)
+    again = run_cli(args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming after 2 complete shard(s)" in again.stdout
     for stage in ("sample", "execute", "filter"):
-        assert shards(run_dir, stage) == shards(reference, stage), stage
+        assert shard_lines(run_dir, stage) == shard_lines(reference, stage), stage
 
 
-def write_build(run_dir: Path, n: int = 16) -> None:
-    from datasets import Dataset
-
-    from toolformer.runfolder import Stage
-
-    stage = Stage(run_dir, "build")
-    stage.begin("x")
-    texts = [f"Vell had {10 + i} boats and bought {i} more, {10 + i} + {i} = {10 + 2 * i}." for i in range(n)]
-    Dataset.from_dict({"text": texts}).save_to_disk(str(stage.dir / "dataset"))
-    stage.finish("x", 0, {})
+def write_sums(run_dir: Path, n: int = 16) -> None:
+    """A build stage of ``n`` sums written out, no calls."""
+    write_build(run_dir, [f"Vell had {10 + i} boats and bought {i} more, {10 + i} + {i} = {10 + 2 * i}."
+                          for i in range(n)])
 
 
 FINETUNE = ["finetune.batch_size=4", "finetune.micro_batch_size=2", "finetune.max_steps=4", "finetune.max_length=32",
@@ -357,13 +339,13 @@ FINETUNE = ["finetune.batch_size=4", "finetune.micro_batch_size=2", "finetune.ma
 @pytest.mark.slow
 def test_sigterm_stops_finetune_at_a_checkpoint(tiny_model_dir, tmp_path):
     run_dir = tmp_path / "run"
-    write_build(run_dir)
+    write_sums(run_dir)
     args = ["finetune", f"run_dir={run_dir}", f"model.path={tiny_model_dir}", *FINETUNE]
-    stopped = cli(args, {"TOOLFORMER_FAULT": "finetune:1:SIGTERM"})
+    stopped = run_cli(args, {"TOOLFORMER_FAULT": "finetune:1:SIGTERM"})
     assert stopped.returncode == 143, stopped.stderr[-2000:]
     last = stopped.stderr.strip().splitlines()[-1]
     assert "stopped by SIGTERM; kept the checkpoint of step 2 in" in last and "Traceback" not in stopped.stderr
-    again = cli(args)
+    again = run_cli(args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stdout + again.stderr and "(step 2)" in again.stdout + again.stderr
 
@@ -388,16 +370,17 @@ def test_full_disk_while_writing_a_shard(tiny_model_dir, tmp_path, reference, ca
     monkeypatch.setattr(os, "replace", real_replace)
     assert main(args) == 0
     assert "resuming after 1 complete shard(s)" in capsys.readouterr().out
-    assert shards(run_dir, "sample") == shards(reference, "sample")
+    assert shard_lines(run_dir, "sample") == shard_lines(reference, "sample")
 
 
+@pytest.mark.slow
 def test_full_disk_while_saving_the_model(tiny_model_dir, tmp_path, capsys, monkeypatch):
     import safetensors
     import transformers.modeling_utils as mu
 
     monkeypatch.chdir(ROOT)
     run_dir = tmp_path / "run"
-    write_build(run_dir)
+    write_sums(run_dir)
     real_save = mu.safe_save_file
 
     def full(tensors, filename, *a, **k):  # a full disk half way through the model's file

@@ -139,3 +139,24 @@ def test_sandbox_cache_runs_identical_calls_once():
     assert [o.result for o in outs] == ["A", "A", "B"]  # date ignored: not a date tool
     sb.run("Counter", "a")
     assert sorted(calls) == ["a", "b"] and sb.calls_executed == 2
+
+
+@pytest.mark.parametrize("style", ["plain", "plain_ascii", "special"])
+def test_built_sandbox_removes_every_call_marker_from_results(style):
+    """One marker policy (execute, evaluate, generate, `toolformer tool`): no call marker survives in a result."""
+    from toolformer.config import PipelineConfig
+    from toolformer.sandbox import build_sandbox, call_markers
+
+    class Echo(Tool):
+        name = "Echo"
+
+        def run(self, tool_input, date=None):
+            return tool_input
+
+    cfg = PipelineConfig()
+    cfg.calls.style = style
+    sb = build_sandbox(cfg, {"Echo": Echo()})
+    markers = call_markers(STYLES[style])
+    out = sb.run("Echo", "a [b] c → d -> e <API> f </API> g")
+    assert out.ok and not any(m in out.result for m in markers)
+    assert out.result == ("a [b] c d e f g" if style == "special" else "a b c d e <API> f </API> g")

@@ -38,8 +38,8 @@ def build_model(name: str, dtype: torch.dtype, device: torch.device):
 
     width, layers, heads, vocab = MODELS[name]
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=width, n_layer=layers, n_head=heads, bos_token_id=0, eos_token_id=0,
-                     attn_implementation="sdpa")
+    cfg = GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=width, n_layer=layers, n_head=heads, bos_token_id=0,
+                     eos_token_id=0, attn_implementation="sdpa")
     return GPT2LMHeadModel(cfg).to(device=device, dtype=dtype).eval(), vocab
 
 
@@ -286,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.profile:
         result["profile"] = profile_filter(scorer, requests, texts, device)
     print(f"limit {limit_tps:,.0f} tok/s | filter {filter_tps:,.0f} tok/s, {filter_cps:,.1f} cand/s | "
-          f"naive {naive_cps:,.2f} cand/s | reference {reference_cps:,.2f} cand/s | sample {s_cache} vs {s_plain} docs/s")
+          f"naive {naive_cps:,.2f} cand/s | reference {reference_cps:,.2f} cand/s | "
+          f"sample {s_cache} vs {s_plain} docs/s")
     print(json.dumps(result))
     return 0
 

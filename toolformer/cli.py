@@ -130,7 +130,7 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **kwargs):
 
 
 def cmd_tool(args) -> int:
-    from toolformer.sandbox import Sandbox
+    from toolformer.sandbox import build_sandbox
     from toolformer.tools import REGISTRY, build_tool
 
     cfg = _load(args)
@@ -138,7 +138,7 @@ def cmd_tool(args) -> int:
         print(f"toolformer: unknown tool {args.name!r}; known: {', '.join(sorted(REGISTRY))}", file=sys.stderr)
         return 2
     tool = build_tool(args.name, cfg.tools)
-    sandbox = Sandbox({tool.name: tool}, cfg.tools.timeout_s, cfg.tools.max_result_chars, cache=False)
+    sandbox = build_sandbox(cfg, {tool.name: tool}, cache=False)
     out = sandbox.run(tool.name, args.input, args.date)
     if args.json:
         print(json.dumps({"tool": tool.name, "input": args.input, **out.as_dict()}, ensure_ascii=False))

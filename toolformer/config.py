@@ -182,6 +182,14 @@ class BuildConfig:
             raise ValueError(f"max_per_tool: {self.max_per_tool} is negative")
 
 
+def check_training_choices(schedule: str, dtype: str) -> None:
+    """The checks that FinetuneConfig and the training loop's TrainArgs share."""
+    if schedule not in ("linear", "cosine"):
+        raise ValueError(f"schedule: {schedule!r} is not one of linear, cosine")
+    if dtype not in ("auto", "float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype: {dtype!r} is not one of auto, float32, bfloat16, float16")
+
+
 @dataclass
 class FinetuneConfig:
     dataset: str = ""
@@ -224,10 +232,7 @@ class FinetuneConfig:
     """auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16: autocast over float32 weights."""
 
     def validate(self) -> None:
-        if self.schedule not in ("linear", "cosine"):
-            raise ValueError(f"schedule: {self.schedule!r} is not one of linear, cosine")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        check_training_choices(self.schedule, self.dtype)
         if not 0.0 <= self.dev_ratio < 1.0:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
 
@@ -370,7 +375,8 @@ class WorldConfig:
     pretrain_fact_share: float = 0.5
     """Share of the facts that the pre-training corpus states."""
     corpus_fact_share: float = 0.25
-    """Share of the facts stated only in the annotation corpus; the rest only in the tools' data (eval_qa asks those)."""
+    """Share of the facts stated only in the annotation corpus; the rest only in the tools' data
+    (eval_qa asks those)."""
     pretrain_docs: int = 40000
     """Documents in pretrain.jsonl."""
     note_share: float = 0.3

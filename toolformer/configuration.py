@@ -32,18 +32,7 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
     """Check ``value`` against type ``tp`` and convert it (dataclasses from dicts)."""
     origin = typing.get_origin(tp)
     if origin in (Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(value, arg, key, where)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(f"{where}: {key}: expected {_type_name(tp)}, got {value!r}")
+        return _coerce_union(value, tp, key, where)
     if tp is Any:
         return value
     if dataclasses.is_dataclass(tp):
@@ -62,25 +51,57 @@ def _coerce(value: Any, tp: Any, key: str, where: str) -> Any:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: {key}: expected a mapping, got {value!r}")
         return {_coerce(k, kt, key, where): _coerce(v, vt, f"{key}.{k}", where) for k, v in value.items()}
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: {key}: expected true or false, got {value!r}")
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise ConfigError(f"{where}: {key}: expected an integer, got {value!r}")
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        raise ConfigError(f"{where}: {key}: expected a number, got {value!r}")
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # `path: 2023` in YAML is still a path
-        raise ConfigError(f"{where}: {key}: expected a string, got {value!r}")
+    if tp in _SCALARS:
+        return _SCALARS[tp](value, key, where)
     raise ConfigError(f"{where}: {key}: unsupported field type {_type_name(tp)}")
+
+
+def _coerce_union(value: Any, tp: Any, key: str, where: str) -> Any:
+    """The first member of ``tp`` (``X | None``, say) that accepts ``value``."""
+    args = typing.get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _coerce(value, arg, key, where)
+        except ConfigError:
+            pass
+    raise ConfigError(f"{where}: {key}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _coerce_bool(value: Any, key: str, where: str) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where}: {key}: expected true or false, got {value!r}")
+
+
+def _coerce_int(value: Any, key: str, where: str) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ConfigError(f"{where}: {key}: expected an integer, got {value!r}")
+
+
+def _coerce_float(value: Any, key: str, where: str) -> float:
+    if _is_number(value):
+        return float(value)
+    raise ConfigError(f"{where}: {key}: expected a number, got {value!r}")
+
+
+def _coerce_str(value: Any, key: str, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if _is_number(value):
+        return str(value)  # `path: 2023` in YAML is still a path
+    raise ConfigError(f"{where}: {key}: expected a string, got {value!r}")
+
+
+_SCALARS = {bool: _coerce_bool, int: _coerce_int, float: _coerce_float, str: _coerce_str}
 
 
 def from_dict(cls: type, data: dict, where: str = "<config>", prefix: str = "") -> Any:
@@ -135,7 +156,8 @@ def apply_overrides(data: dict, overrides: list[str], cls: type) -> dict:
                 raise ConfigError(f"override {ov!r}: {p} is not a section")
         value = _parse_scalar(raw)
         # A string field given `007` or `2023` stays the literal text.
-        node[parts[-1]] = raw if _field_is_str(cls, parts) and not isinstance(value, (list, dict)) and value is not None else value
+        literal = _field_is_str(cls, parts) and not isinstance(value, (list, dict)) and value is not None
+        node[parts[-1]] = raw if literal else value
     return data
 
 

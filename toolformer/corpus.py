@@ -107,7 +107,8 @@ def _open(file: Path, compression: str | None):
 def _normalise(row: dict, cfg: CorpusConfig, fallback_id: str, where: str, rejected: list, seen: set) -> dict | None:
     text = row.get(cfg.text_field)
     if not isinstance(text, str):
-        reason = f"missing text field {cfg.text_field!r}" if text is None else f"field {cfg.text_field!r} is not a string"
+        reason = (f"missing text field {cfg.text_field!r}" if text is None
+                  else f"field {cfg.text_field!r} is not a string")
         rejected.append({"source": where, "reason": reason, "raw": str(row)[:500]})
         return None
     if not text.strip():

@@ -34,24 +34,21 @@ ordinary text and does not count against ``max_calls``.
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import sys
-import weakref
 from dataclasses import dataclass, field
 
 import torch
 
 from toolformer.calls import CallStyle, get_style, parse_calls, strip_calls
-from toolformer.modeling import bos_ids, model_window
+from toolformer.modeling import bos_ids, cache_kwarg, model_window, output_cache
+from toolformer.textpos import marker_token_ids
 
 # A prefix that can still become `Name(...`; anything else after `[` is text.
 _CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\(.*)?\Z|\Z", re.S)
 # Tokens reserved per allowed call for its inserted result when the prompt is cut to the window.
 RESULT_TOKENS = 64
-
-_MARKER_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass
@@ -66,24 +63,6 @@ class Generation:
     """``text`` with every call (and the separator after it) removed."""
     prompt_tokens_cut: int = 0
     """Tokens cut from the start of a prompt too long for the window (0: the whole prompt was read)."""
-
-
-def marker_token_ids(tokenizer, marker: str) -> list[int]:
-    """Ids of every token whose decoded text, without leading spaces, is ``marker``."""
-    try:
-        cache = _MARKER_CACHE.setdefault(tokenizer, {})
-    except TypeError:  # a tokenizer that cannot be weakly referenced
-        cache = {}
-    key = (marker, len(tokenizer))
-    if key not in cache:
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
-        cache[key] = [i for i, t in enumerate(texts) if t.lstrip(" ") == marker]
-    if not cache[key]:
-        raise ValueError(
-            f"call-start marker {marker!r} is not a single token of this tokenizer; "
-            "use calls.style=special to add it as one"
-        )
-    return cache[key]
 
 
 @dataclass
@@ -198,10 +177,7 @@ class _Decoder:
 
     def _insert(self, row: _Row, partial: str, result: str | None) -> None:
         """Queue " result" + call-end (or just call-end) and close the call."""
-        if result is None:
-            text = self.style.end
-        else:
-            text = ("" if partial.endswith(" ") else " ") + result + self.style.end
+        text = self.style.end if result is None else ("" if partial.endswith(" ") else " ") + result + self.style.end
         # Tokenize the insertion in context, as the training text was tokenized as a whole
         # (sentencepiece adds a prefix space to a lone piece; BPE may merge across the seam).
         call_text = self.style.start + partial
@@ -212,15 +188,9 @@ class _Decoder:
         row.call_at = None
 
 
-def _cache_arg(model) -> str:
-    """transformers >= 5.2x calls the key/value cache `cache`; older models `past_key_values`."""
-    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
-
-
 def _forward(model, ids, mask, positions, past, cache_arg: str):
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_arg: past})
-    past = out.get("cache") if hasattr(out, "get") and "cache" in out else out.past_key_values
-    return out.logits[:, -1, :], past  # (B, V)
+    return out.logits[:, -1, :], output_cache(out)  # (B, V)
 
 
 @torch.no_grad()
@@ -239,7 +209,7 @@ def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, 
     mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=device)  # (B, T)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): 0 at each prompt's first real token
     rows = [_Row(date=d) for d in dates]
-    cache_arg = _cache_arg(model)
+    cache_arg = cache_kwarg(model)
     logits, past = _forward(model, ids, mask, positions, None, cache_arg)
     last_pos = positions[:, -1]  # (B,)
     while True:
@@ -325,19 +295,16 @@ def cli_generate(args) -> int:
     from toolformer.config import PipelineConfig
     from toolformer.configuration import load_config
     from toolformer.modeling import set_threads
-    from toolformer.sandbox import Sandbox
-    from toolformer.tools import build_tools
+    from toolformer.sandbox import build_sandbox
 
     cfg = load_config(PipelineConfig, args.config, args.overrides)
     set_threads(cfg.model.threads)
     style = get_style(cfg.calls.style)
     model, tok = load_model_folder(cfg, args.model)
-    tools = build_tools(cfg.tools)
-    sandbox = Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency,
-                      forbidden_markers=(style.start, style.end, *style.arrows))
+    sandbox = build_sandbox(cfg)
     gens = generate_with_tools(model, tok, args.prompts, sandbox, style, max_new_tokens=args.max_new_tokens,
                                top_k_trigger=args.top_k_trigger, max_calls=args.max_calls,
-                               disabled=args.disabled, do_sample=args.sample, tools=set(tools))
+                               disabled=args.disabled, do_sample=args.sample, tools=set(sandbox.tools))
     window = model_window(model)
     for n, g in enumerate(gens, 1):
         if g.prompt_tokens_cut:

@@ -19,7 +19,8 @@ def loss_weights(horizon: int = 5) -> list[float]:
     return [w / total for w in raw]
 
 
-def weighted_loss(target_logprobs: torch.Tensor, weights: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+def weighted_loss(target_logprobs: torch.Tensor, weights: torch.Tensor,
+                  mask: torch.Tensor | None = None) -> torch.Tensor:
     """L_i from log p of the targets x_i..x_{i+h−1}.
 
     target_logprobs: (B, H) log-probabilities of each target token; weights: (H,);

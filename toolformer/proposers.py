@@ -19,7 +19,8 @@ from toolformer.textpos import TokenizedText
 # A number as written in prose: 1,234.5 or 17 or 0.25.
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")
 _CUE = re.compile(r"(=|\bequals?\b|\btotal of\b|\baverage of\b)\s*\$?$", re.IGNORECASE)
-_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October", "November", "December", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+_MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+           "November", "December", "Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 _DATE_WORDS = re.compile(r"\b(today|tomorrow|yesterday|tonight|now|ago|next|last|this|year|years|month|week|"
                          + "|".join(_MONTHS) + r")\b", re.IGNORECASE)
 _CAPITALISED = re.compile(r"\b[A-Z][a-z]+(?:\s+[A-Z][a-z]+)*")
@@ -139,7 +140,10 @@ def _entity_positions(text: str) -> list[int]:
 
 
 # Capitalised words that begin sentences or label text, not names.
-_NOT_NAMES = set(["The", "This", "That", "These", "Those", "In", "On", "At", "A", "An", "Of", "For", "From", "To", "By", "With", "It", "He", "She", "They", "Its", "His", "Her", "Their", "Later", "Each", "Every", "Nobody", "Today", "Then", "There", "Here", "Question", "Answer", "After", "Before", "When", "What", "Who", "Where", "Which", "How", "And", "But", "So", "Of"])
+_NOT_NAMES = set(["The", "This", "That", "These", "Those", "In", "On", "At", "A", "An", "Of", "For", "From", "To", "By",
+                  "With", "It", "He", "She", "They", "Its", "His", "Her", "Their", "Later", "Each", "Every", "Nobody",
+                  "Today", "Then", "There", "Here", "Question", "Answer", "After", "Before", "When", "What", "Who",
+                  "Where", "Which", "How", "And", "But", "So", "Of"])
 
 
 def _sentence_start(text: str, char: int) -> int:

@@ -140,7 +140,8 @@ def tooltip(rec: dict, stage: str) -> str:
 
 def call_span(rec: dict, ins: Inspection) -> str:
     st = status(rec, ins.view.calls_stage)
-    return f'<span class="call {st}" title="{_e(tooltip(rec, ins.view.calls_stage))}">{_e(call_text(rec, ins.style))}</span>'
+    return (f'<span class="call {st}" title="{_e(tooltip(rec, ins.view.calls_stage))}">'
+            f'{_e(call_text(rec, ins.style))}</span>')
 
 
 def _order(rec: dict):
@@ -156,7 +157,8 @@ def document_html(anchor: str, doc_id: str, doc: dict | None, calls: list[dict],
     head = f'<h3><b>{_e(doc_id)}</b>{" · " + _e(doc["date"]) if doc and doc.get("date") else ""} · {tally}</h3>'
     if doc is None:
         body = "<br>".join(call_span(r, ins) for r in sorted(calls, key=_order))
-        return f'<section class="doc" id="{anchor}">{head}<p class="muted">text not in sample/documents.jsonl</p>{body}</section>'
+        return (f'<section class="doc" id="{anchor}">{head}<p class="muted">text not in sample/documents.jsonl</p>'
+                f'{body}</section>')
     text = doc["text"]
     groups: dict[int, list[dict]] = {}
     for r in calls:
@@ -210,7 +212,8 @@ def ranking_html(ins: Inspection, where: dict[str, str], width: int) -> str:
                 before, _, after = in_context(doc["text"] if doc else None, r, ins.style, ins.separator, width)
                 link = where.get(r["doc_id"])
                 doc_cell = f'<a href="{_e(link)}">{_e(r["doc_id"])}</a>' if link else _e(r["doc_id"])
-                rows.append(f'<tr><td class="num">{_num(margin(r))}</td><td class="num">{_num(r.get("loss_minus"))}</td>'
+                rows.append(f'<tr><td class="num">{_num(margin(r))}</td>'
+                            f'<td class="num">{_num(r.get("loss_minus"))}</td>'
                             f'<td class="num">{_num(r.get("loss_plus"))}</td><td>{doc_cell}</td>'
                             f'<td>{_e(before)}{call_span(r, ins)}{_e(after)}</td></tr>')
             out.append(f'<h3>{_e(tool)}: {title}</h3><table class="ranking"><tr><th class="num">L⁻ − L⁺</th>'
@@ -276,8 +279,8 @@ def summary_html(ins: Inspection, images: dict[str, bytes], where: dict[str, str
             f"<h2>L⁻ − L⁺ (calls shown)</h2>{margins_html(ins)}{imgs or '<p class=muted>no losses to plot</p>'}"
             f"<h2>Calls by margin</h2>{ranking_html(ins, where, width)}"
             + (f'<h2>Kept calls against gold calls</h2>{gold_html(ins)}' if ins.gold is not None else "")
-            + (f"<h2>Execution errors</h2><table id='errors'><tr><th>tool</th><th>code</th><th class='num'>calls</th></tr>"
-               f"{errors}</table>" if errors else ""))
+            + ("<h2>Execution errors</h2><table id='errors'>"
+               f"<tr><th>tool</th><th>code</th><th class='num'>calls</th></tr>{errors}</table>" if errors else ""))
 
 
 def _page(title: str, nav: str, body: str) -> str:
@@ -286,7 +289,8 @@ def _page(title: str, nav: str, body: str) -> str:
               'hover a call for its losses and result.</p>')
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
             f'<style>{CSS}</style></head><body><h1>{_e(title)}</h1>{nav}{legend}'
-            f'<input type="checkbox" id="hide-rejected"><label for="hide-rejected"> hide rejected and failed calls</label>'
+            '<input type="checkbox" id="hide-rejected">'
+            '<label for="hide-rejected"> hide rejected and failed calls</label>'
             f"<main>{body}</main>{nav}</body></html>\n")
 
 
@@ -308,7 +312,8 @@ def write_report(out_dir: Path, ins: Inspection, images: dict[str, bytes], page_
     written = []
     start = 0
     for k, docs in enumerate(pages, 1):
-        links = " ".join(f"<b>{j}</b>" if j == k else f'<a href="{page_name(j)}">{j}</a>' for j in range(1, len(pages) + 1))
+        links = " ".join(f"<b>{j}</b>" if j == k else f'<a href="{page_name(j)}">{j}</a>'
+                         for j in range(1, len(pages) + 1))
         nav = (f'<nav class="pages">page {k} of {len(pages)} ({len(order):,} documents with shown calls, '
                f'{page_size:,} a page): {links}</nav>')
         body = (f'<p>filters: {_e(shown or "none")}</p>' + (summary_html(ins, images, where, width) if k == 1 else "")

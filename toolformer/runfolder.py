@@ -46,13 +46,23 @@ def disk_full_error(path: str | Path) -> OSError:
 
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary name and rename it to ``path``; a failed or
+    """Write ``text`` (UTF-8) to a temporary name and rename it to ``path``; a failed or
     interrupted write leaves no temporary file (a full disk raises ENOSPC naming ``path``)."""
+    _atomic_write(path, text)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """:func:`atomic_write_text` for bytes (an image, say)."""
+    _atomic_write(path, data)
+
+
+def _atomic_write(path: Path, content: str | bytes) -> None:
+    """Write to ``.NAME.tmp-PID``, flush and fsync it, then rename it to ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(text)
+        with tmp.open("wb") if isinstance(content, bytes) else tmp.open("w", encoding="utf-8") as f:
+            f.write(content)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -25,7 +25,8 @@ LATER_STAGES = ("build", "finetune", "evaluate")
 REQUIRED_KEYS = {
     "sample": ("doc_id", "tool", "input", "position", "char_start"),
     "execute": ("doc_id", "tool", "input", "position", "char_start", "result", "error"),
-    "filter": ("doc_id", "tool", "input", "position", "char_start", "result", "error", "loss_minus", "loss_plus", "kept"),
+    "filter": ("doc_id", "tool", "input", "position", "char_start", "result", "error", "loss_minus", "loss_plus",
+               "kept"),
 }
 # Funnel steps, in order, and how each is shown.
 STEPS = ("documents", "positions", "candidates", "executed_ok", "kept")
@@ -137,7 +138,8 @@ def load_run(run_dir: str | Path) -> RunView:
             tools.append(t)
         tools.extend(r["tool"] for r in stages[s].records)
     later = {s: "complete" if (run_dir / s / MANIFEST).exists() else "missing" for s in LATER_STAGES}
-    return RunView(run_dir, stages, documents, stages[calls_stage].records, calls_stage, list(dict.fromkeys(tools)), later)
+    return RunView(run_dir, stages, documents, stages[calls_stage].records, calls_stage, list(dict.fromkeys(tools)),
+                   later)
 
 
 # -- the funnel -----------------------------------------------------------------
@@ -162,11 +164,13 @@ def _pick(stage: StageState, tool: str, key: str, from_records: int, warnings: l
         return from_records, "records (stage partial)"
     value = stage.per_tool(tool).get(key)
     if value is None:
-        warnings.append(f"{stage.name}/{MANIFEST}: no counts.per_tool.{tool}.{key}; using the records ({from_records:,})")
+        warnings.append(f"{stage.name}/{MANIFEST}: no counts.per_tool.{tool}.{key}; "
+                        f"using the records ({from_records:,})")
         return from_records, "records"
     if (exact and value != from_records) or (not exact and value < from_records):
         rel = "" if exact else "at least "
-        warnings.append(f"{stage.name}: {tool} {key}: manifest says {value:,}, shard records give {rel}{from_records:,}")
+        warnings.append(f"{stage.name}: {tool} {key}: manifest says {value:,}, "
+                        f"shard records give {rel}{from_records:,}")
     return int(value), "manifest"
 
 
@@ -174,14 +178,16 @@ def compute_funnel(view: RunView) -> dict:
     """Counts per tool from the manifests, cross-checked against the records."""
     warnings: list[str] = []
     sample, execute, filt = (view.stages[s] for s in CALL_STAGES)
-    scored_docs = len(view.documents) if view.documents else ((sample.manifest or {}).get("counts") or {}).get("documents")
+    sample_counts = (sample.manifest or {}).get("counts") or {}
+    scored_docs = len(view.documents) if view.documents else sample_counts.get("documents")
     per_tool = {}
     for tool in view.tools:
         s_recs = [r for r in sample.records if r["tool"] == tool]
         e_recs = [r for r in execute.records if r["tool"] == tool]
         f_recs = [r for r in filt.records if r["tool"] == tool]
         docs, docs_src = _pick(sample, tool, "documents", len({r["doc_id"] for r in s_recs}), warnings, exact=False)
-        pos, pos_src = _pick(sample, tool, "positions", len({(r["doc_id"], r["position"]) for r in s_recs}), warnings, exact=False)
+        positions = len({(r["doc_id"], r["position"]) for r in s_recs})
+        pos, pos_src = _pick(sample, tool, "positions", positions, warnings, exact=False)
         cands, cands_src = _pick(sample, tool, "candidates", len(s_recs), warnings)
         ok, ok_src = _pick(execute, tool, "ok", sum(r["error"] is None for r in e_recs), warnings)
         failed, _ = _pick(execute, tool, "failed", sum(r["error"] is not None for r in e_recs), warnings)

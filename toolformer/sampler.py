@@ -104,8 +104,6 @@ class Sampler:
         self.prefix = PrefixCache(model, self.parts.head_ids) if reuse_cache else None
         self.start_ids = marker_token_ids(tokenizer, style.start)
         self.end_ids = set(i for i in range(len(tokenizer)) if style.end in tokenizer.decode([i]))
-        if not self.start_ids:
-            raise ValueError(f"tokenizer has no token for the call-start marker {style.start!r}")
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def _rows(self, docs: list[tuple[str, TokenizedText]]) -> list[tuple[list[int], int]]:

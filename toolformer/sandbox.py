@@ -1,6 +1,7 @@
 """Running tool calls safely: timeouts, output caps, structured errors, a cache.
 
-Every stage that calls a tool goes through :class:`Sandbox`. A call never
+Every stage that calls a tool goes through :class:`Sandbox`, built from the
+config by :func:`build_sandbox`. A call never
 raises: it returns an :class:`Outcome` with either ``result`` or ``error``.
 A call that outlives its timeout is abandoned (its daemon thread is left to
 finish on its own) and recorded as a ``timeout`` error, so one hanging tool
@@ -12,8 +13,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from toolformer.tools.base import Tool, ToolError
+
+if TYPE_CHECKING:
+    from toolformer.calls import CallStyle
+    from toolformer.config import PipelineConfig
 
 
 @dataclass(frozen=True)
@@ -133,3 +139,26 @@ class Sandbox:
             self._cache.update(results)
             return [self._cache[k] for k in keys]
         return [results[k] for k in keys]
+
+
+def call_markers(style: CallStyle) -> tuple[str, ...]:
+    """Every marker of a call style: call start, call end and each result marker."""
+    return (style.start, style.end, *style.arrows)
+
+
+def build_sandbox(cfg: PipelineConfig, tools: dict[str, Tool] | None = None, cache: bool = True) -> Sandbox:
+    """The sandbox of a pipeline config: ``tools`` (default: every enabled tool)
+    with the limits of ``cfg.tools``.
+
+    One marker policy for every stage: a result never contains a call marker of
+    ``cfg.calls.style`` (start, end or a result marker; each is replaced by a
+    space). A result with ``]`` would close its call early, one with ``[`` or
+    ``→`` would read as a call of its own, in the training data (execute) as
+    in generation (evaluate, ``toolformer generate``).
+    """
+    from toolformer.calls import get_style
+    from toolformer.tools import build_tools
+
+    tools = build_tools(cfg.tools) if tools is None else tools
+    return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency, cache=cache,
+                   forbidden_markers=call_markers(get_style(cfg.calls.style)))

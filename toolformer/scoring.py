@@ -46,7 +46,8 @@ class LossRequest:
     shared: int = 0  # leading prefix tokens other requests may share (their key/value cache is reused); 0 = none
 
 
-def build_row(prefix: tuple[int, ...], text_ids: list[int], position: int, horizon: int, window: int) -> tuple[list[int], int]:
+def build_row(prefix: tuple[int, ...], text_ids: list[int], position: int, horizon: int,
+              window: int) -> tuple[list[int], int]:
     """The token row for one request and how many targets h it ends with."""
     h = min(horizon, len(text_ids) - position)
     if h <= 0:

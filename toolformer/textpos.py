@@ -1,8 +1,12 @@
-"""Token positions in a text: token ids and where a call goes before each token."""
+"""Token positions in a text (token ids and where a call goes before each token),
+and which vocabulary tokens are a call marker."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
+
+_MARKER_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True)
@@ -27,10 +31,24 @@ def tokenize_text(tokenizer, text: str) -> TokenizedText:
 
 def marker_token_ids(tokenizer, marker: str) -> list[int]:
     """Every vocabulary token that is ``marker`` possibly preceded by spaces
-    (with a BPE that attaches spaces, both ``[`` and `` [`` start a call)."""
-    ids = []
-    for tok_id in range(len(tokenizer)):
-        text = tokenizer.decode([tok_id])
-        if text and text.lstrip(" ") == marker:
-            ids.append(tok_id)
-    return ids
+    (with a BPE that attaches spaces, both ``[`` and `` [`` start a call).
+
+    Each token is decoded on its own as it is, without the tokenizer's clean-up
+    of spaces (``clean_up_tokenization_spaces=False``): the raw text of the token
+    is what is compared. Cached per tokenizer and vocabulary size. Raises
+    ValueError when no token is the marker.
+    """
+    try:
+        cache = _MARKER_CACHE.setdefault(tokenizer, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced
+        cache = {}
+    key = (marker, len(tokenizer))
+    if key not in cache:
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
+        cache[key] = [i for i, t in enumerate(texts) if t.lstrip(" ") == marker]
+    if not cache[key]:
+        raise ValueError(
+            f"call-start marker {marker!r} is not a single token of this tokenizer; "
+            "use calls.style=special to add it as one"
+        )
+    return cache[key]

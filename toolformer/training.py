@@ -2,7 +2,10 @@
 
 Used to fine-tune on the augmented data set C* (stage ``finetune``) and to
 pre-train the small world's base model from scratch. It is a short loop rather
-than the HF ``Trainer``, which ran about 10 % slower per step on the tiny model.
+than the HF ``Trainer``, which ran about 10 % slower per step on the tiny model:
+:class:`Trainer` (setup, optimizer step, evaluation, checkpoints, finish), run
+by :func:`train_causal_lm`; its settings are :class:`TrainArgs`, built from
+``FinetuneConfig`` by the finetune stage.
 
 * Data: :func:`pack_sequences` turns documents into rows of ``seq_len`` tokens.
   The order of rows is a function of the optimizer step alone (a seeded
@@ -39,7 +42,7 @@ import signal
 import time
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from itertools import chain
 from pathlib import Path
 
@@ -48,6 +51,7 @@ import torch
 from tqdm import tqdm
 
 from toolformer import stops
+from toolformer.config import FinetuneConfig, check_training_choices
 from toolformer.modeling import bos_ids
 from toolformer.runfolder import atomic_write_text, disk_full, disk_full_error, fault_point
 
@@ -111,44 +115,39 @@ def batch_inputs(rows: torch.Tensor, pad_id: int = 0) -> dict[str, torch.Tensor]
     }
 
 
+_FT = FinetuneConfig()  # the defaults of the loop's settings: declared once, in the fine-tune config
+
+
 @dataclass
 class TrainArgs:
-    learning_rate: float = 1e-5
-    """Peak learning rate, reached at the end of warm-up (the paper: 1e-5)."""
-    warmup_ratio: float = 0.1
-    """Share of max_steps with linear warm-up from 0 (the paper: 10 %)."""
-    schedule: str = "linear"
-    """After warm-up: linear decay to 0 at max_steps (the paper) or cosine."""
-    batch_size: int = 128
-    """Effective batch in sequences per optimizer step, over all processes."""
-    micro_batch_size: int = 8
-    """Sequences per forward pass and process; gradients are accumulated to batch_size."""
-    max_steps: int = 2000
-    """Optimizer steps; a rerun with a larger value continues from the last checkpoint."""
-    eval_every: int = 100
-    """Dev perplexity every this many steps (and at the last); 0 = only at the last."""
-    save_every: int = 100
-    """Resumable checkpoint every this many steps (and at the last); 0 = none."""
-    keep_checkpoints: int = 2
-    """Checkpoints kept; older ones are deleted once a newer one is complete."""
-    weight_decay: float = 0.0
-    """AdamW weight decay, applied to matrices only (not biases or norm weights)."""
-    grad_clip: float = 1.0
-    """Clip the global gradient norm to this; 0 = no clipping."""
-    dtype: str = "auto"
-    """Autocast dtype: auto (bfloat16 on GPU, float32 on CPU), float32, bfloat16 or float16."""
+    """The loop's settings: the training fields of :class:`~toolformer.config.FinetuneConfig`
+    (their meaning and defaults are declared there) and the seed of the row order and dropout.
+    Stages build it with :meth:`from_config`; the small world's pre-training sets its own values."""
+
+    learning_rate: float = _FT.learning_rate
+    warmup_ratio: float = _FT.warmup_ratio
+    schedule: str = _FT.schedule
+    batch_size: int = _FT.batch_size
+    micro_batch_size: int = _FT.micro_batch_size
+    max_steps: int = _FT.max_steps
+    eval_every: int = _FT.eval_every
+    save_every: int = _FT.save_every
+    keep_checkpoints: int = _FT.keep_checkpoints
+    weight_decay: float = _FT.weight_decay
+    grad_clip: float = _FT.grad_clip
+    dtype: str = _FT.dtype
     seed: int = 0
-    """Seeds the row order and dropout."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass to save memory."""
-    log_every: int = 10
-    """Mean training loss logged every this many steps."""
+    gradient_checkpointing: bool = _FT.gradient_checkpointing
+    log_every: int = _FT.log_every
+
+    @classmethod
+    def from_config(cls, fc: FinetuneConfig, **overrides) -> TrainArgs:
+        """The loop's fields of ``fc``; ``overrides`` (e.g. ``seed``) replace any of them."""
+        values = {f.name: getattr(fc, f.name) for f in fields(cls) if hasattr(fc, f.name)}
+        return cls(**{**values, **overrides})
 
     def validate(self) -> None:
-        if self.schedule not in ("linear", "cosine"):
-            raise ValueError(f"schedule: {self.schedule!r} is not one of linear, cosine")
-        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        check_training_choices(self.schedule, self.dtype)
         for name in ("batch_size", "micro_batch_size", "max_steps", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
@@ -215,6 +214,21 @@ def checkpoint_dirs(output_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
+def row_nll(model, rows: torch.Tensor, pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed negative log-likelihood of the predicted tokens of each packed row
+    (B, T) and how many tokens were predicted, both (B,) float64; padding
+    (``IGNORE_INDEX``) is neither fed nor counted. Shared by the dev perplexity
+    of training and the held-out perplexity of the evaluate stage."""
+    batch = {k: v.to(device) for k, v in batch_inputs(rows, pad_id).items()}
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+    targets = batch["labels"][:, 1:]  # (B, T-1)
+    token_nll = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none"
+    )  # (B, T-1)
+    counted = (targets != IGNORE_INDEX).double()  # (B, T-1)
+    return token_nll.double().sum(1), counted.sum(1)
+
+
 @torch.no_grad()
 def evaluate_perplexity(model, rows: torch.Tensor, micro_batch_size: int, accelerator, pad_id: int = 0) -> dict:
     """Token-level dev loss and perplexity over ``rows`` (N, T), split across
@@ -229,22 +243,222 @@ def evaluate_perplexity(model, rows: torch.Tensor, micro_batch_size: int, accele
     nll = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     tokens = torch.zeros((), dtype=torch.float64, device=accelerator.device)
     for s in range(0, per_rank, micro_batch_size):
-        part = rows[idx[s : s + micro_batch_size]]  # (B, T)
-        batch = {k: v.to(accelerator.device) for k, v in batch_inputs(part, pad_id).items()}
+        part_nll, part_tokens = row_nll(model, rows[idx[s : s + micro_batch_size]], pad_id, accelerator.device)
         w = weight[s : s + micro_batch_size].to(accelerator.device)  # (B,)
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
-        targets = batch["labels"][:, 1:]  # (B, T-1)
-        token_nll = torch.nn.functional.cross_entropy(
-            logits[:, :-1].float().transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none"
-        )  # (B, T-1)
-        counted = (targets != IGNORE_INDEX).double()  # (B, T-1)
-        nll += (token_nll.double().sum(1) * w).sum()
-        tokens += (counted.sum(1) * w).sum()
+        nll += (part_nll * w).sum()
+        tokens += (part_tokens * w).sum()
     nll, tokens = accelerator.reduce(nll, "sum"), accelerator.reduce(tokens, "sum")
     model.train()
     loss = (nll / tokens.clamp(min=1)).item()
     return {"dev_loss": round(loss, 6), "dev_perplexity": round(math.exp(min(loss, 50.0)), 4),
             "dev_tokens": int(tokens.item())}
+
+
+class Trainer:
+    """One run of the training loop (see the module docstring). :func:`train_causal_lm`
+    builds it; :meth:`run` sets up, steps until ``max_steps`` and returns the metrics."""
+
+    def __init__(self, model, train: torch.Tensor, dev: torch.Tensor | None, args: TrainArgs,
+                 output_dir: str | Path, tokenizer=None, on_step: Callable[[int, dict], None] | None = None):
+        from accelerate import Accelerator
+
+        args.validate()
+        if len(train) == 0:
+            raise ValueError("train_causal_lm: no training rows")
+        self.model, self.train, self.dev, self.args = model, train, dev, args
+        self.output_dir, self.tokenizer, self.on_step = Path(output_dir), tokenizer, on_step
+        self.accelerator = Accelerator(mixed_precision=_mixed_precision(args.dtype), cpu=use_cpu())
+        self.main = self.accelerator.is_main_process
+        self.world = self.accelerator.num_processes
+        self.accum = max(1, args.batch_size // (args.micro_batch_size * self.world))
+        self.effective = self.accum * args.micro_batch_size * self.world
+        if self.effective != args.batch_size and self.main:
+            print(f"train: effective batch {self.effective} (micro {args.micro_batch_size} x {self.world} processes "
+                  f"x {self.accum} accumulation) instead of {args.batch_size}")
+        self.pad_id = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
+        self.has_dev = dev is not None and len(dev) > 0
+        self.order = RowOrder(len(train), args.seed)
+        self.step, self.history, self.best = 0, [], {"dev_perplexity": None, "step": None}
+        self.resumed_from = 0
+        self.checkpoints_written = 0  # by this process, for the kill-and-resume tests
+        self.local_tokens = 0
+        self.loss_sum = torch.zeros((), device=self.accelerator.device)
+        self.loss_count = 0
+        self.last_loss = None
+        self.optimizer = None
+
+    # -- setup -------------------------------------------------------------------
+    def setup(self, resume: bool = True, run_key: str | None = None) -> None:
+        """Checkpoint folder, seed, float32 model and optimizer, then the last checkpoint (if any)."""
+        from accelerate.utils import set_seed
+
+        if self.main:
+            _prepare_checkpoints(self.output_dir / CHECKPOINTS, resume, run_key)
+        self.accelerator.wait_for_everyone()
+        set_seed(self.args.seed)
+        model = self.model.float()  # master weights in float32 (see module docstring)
+        if self.args.gradient_checkpointing:
+            kwargs = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+        model.train()
+        optimizer = torch.optim.AdamW(_param_groups(model, self.args.weight_decay), lr=self.args.learning_rate)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        self.resume()
+
+    def resume(self) -> None:
+        """Continue from the last complete checkpoint: weights, optimizer, RNG, step, history, best."""
+        found = checkpoint_dirs(self.output_dir)
+        if found:
+            self.accelerator.load_state(str(found[-1]))
+            saved = json.loads((found[-1] / CHECKPOINT_STATE).read_text())
+            self.step, self.history, self.best = saved["step"], saved["log_history"], saved["best"]
+            if self.main:
+                print(f"train: resuming from {found[-1]} (step {self.step})")
+            stops.keep(f"the checkpoint of step {self.step} in {found[-1]}")
+        self.resumed_from = self.step
+
+    # -- the loop ----------------------------------------------------------------
+    def run(self, resume: bool = True, run_key: str | None = None) -> dict:
+        self.setup(resume, run_key)
+        t0 = time.perf_counter()
+        with tqdm(total=self.args.max_steps, initial=self.step, desc="train", unit="step", disable=not self.main,
+                  dynamic_ncols=True) as bar:
+            while self.step < self.args.max_steps:
+                with stops.deferred():  # a signal stops training after this step (and its checkpoint)
+                    lr, grad_norm = self.optimizer_step()
+                    bar.update(1)
+                    self.after_step(lr, grad_norm, bar)
+        return self.finish(t0)
+
+    def optimizer_step(self) -> tuple[float, torch.Tensor | None]:
+        """One optimizer step over ``accum`` micro-batches; returns (lr, gradient norm or None)."""
+        args, acc = self.args, self.accelerator
+        lr = args.learning_rate * lr_factor(self.step, args)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        step_loss = torch.zeros((), device=acc.device)
+        for k in range(self.accum):
+            # This micro-batch's place in the stream: step, accumulation round, process.
+            first = ((self.step * self.accum + k) * self.world + acc.process_index) * args.micro_batch_size
+            rows = self.train[self.order.take(first, args.micro_batch_size)]  # (B, T)
+            batch = {name: v.to(acc.device) for name, v in batch_inputs(rows, self.pad_id).items()}
+            self.local_tokens += int(batch["attention_mask"].sum())
+            sync = acc.no_sync(self.model) if k < self.accum - 1 else nullcontext()
+            with sync:
+                loss = self.model(**batch, use_cache=False).loss / self.accum
+                acc.backward(loss)
+            step_loss += loss.detach()
+        grad_norm = acc.clip_grad_norm_(self.model.parameters(), args.grad_clip) if args.grad_clip > 0 else None
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.loss_sum += step_loss
+        self.loss_count += 1
+        return lr, grad_norm
+
+    def after_step(self, lr: float, grad_norm: torch.Tensor | None, bar) -> None:
+        """Log, evaluate, checkpoint and record the step; stop here if a signal asked to."""
+        args, step = self.args, self.step
+        if step % args.log_every == 0 or step == args.max_steps:
+            self.log(lr, grad_norm, bar)
+        if self.has_dev and ((args.eval_every and step % args.eval_every == 0) or step == args.max_steps):
+            self.evaluate()
+        stop = _stop_requested(self.accelerator)
+        if args.save_every and (stop or step % args.save_every == 0 or step == args.max_steps):
+            self.checkpoint()
+        self.write_state()
+        if self.on_step is not None:
+            self.on_step(step, self.history[-1] if self.history else {})
+        if stop:
+            if not args.save_every:
+                stops.keep(f"the model of the best step so far in {self.output_dir} (no checkpoint: "
+                           "save_every is 0, a rerun starts over)")
+            raise stops.Stopped(stops.pending() or signal.SIGTERM)
+
+    def log(self, lr: float, grad_norm: torch.Tensor | None, bar) -> None:
+        """The mean training loss since the last record, into the history."""
+        mean = (self.accelerator.reduce(self.loss_sum, "mean") / self.loss_count).item()
+        self.last_loss = round(mean, 6)
+        record = {"step": self.step, "loss": round(mean, 6), "learning_rate": lr,
+                  "epoch": round(self.step * self.effective / len(self.train), 4)}
+        if grad_norm is not None:
+            record["grad_norm"] = round(float(grad_norm), 6)
+        self.history.append(record)
+        bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}")
+        self.loss_sum.zero_()
+        self.loss_count = 0
+
+    # -- evaluation ----------------------------------------------------------------
+    def evaluate(self) -> None:
+        """Dev perplexity; a new best model is saved into ``output_dir``."""
+        result = evaluate_perplexity(self.model, self.dev, self.args.micro_batch_size, self.accelerator, self.pad_id)
+        self.history.append({"step": self.step, **result})
+        best = self.best
+        if best["dev_perplexity"] is None or result["dev_perplexity"] < best["dev_perplexity"]:
+            best.update(dev_perplexity=result["dev_perplexity"], step=self.step)
+            self.save_model()
+        if self.main:
+            tqdm.write(f"step {self.step}: dev perplexity {result['dev_perplexity']:.3f} "
+                       f"(best {best['dev_perplexity']:.3f} at step {best['step']})")
+
+    def save_model(self) -> None:
+        from transformers.utils import logging as hf_logging
+
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()  # its shard bars would break the training bar
+        _save_whole(self.accelerator, self.model, self.tokenizer, self.output_dir)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+    # -- checkpoints and state -----------------------------------------------------------
+    def checkpoint(self) -> None:
+        """A resumable checkpoint of this step; older ones beyond ``keep_checkpoints`` are deleted."""
+        path = self.output_dir / CHECKPOINTS / f"step-{self.step:07d}"
+        _save_checkpoint(self.accelerator, path, {"step": self.step, "log_history": self.history, "best": self.best})
+        if self.main:
+            for old in checkpoint_dirs(self.output_dir)[: -max(1, self.args.keep_checkpoints)]:
+                shutil.rmtree(old, ignore_errors=True)
+        stops.keep(f"the checkpoint of step {self.step} in {path}")
+        self.checkpoints_written += 1
+        fault_point("finetune", self.checkpoints_written)
+
+    def write_state(self) -> None:
+        """``trainer_state.json``: the settings, the step, the best model and the log history."""
+        if self.main:
+            dev_rows = 0 if self.dev is None else len(self.dev)
+            record = {"args": asdict(self.args), "max_steps": self.args.max_steps,
+                      "effective_batch_size": self.effective, "train_rows": len(self.train), "dev_rows": dev_rows,
+                      "seq_len": self.train.shape[1], "global_step": self.step, "best_step": self.best["step"],
+                      "best_dev_perplexity": self.best["dev_perplexity"], "log_history": self.history}
+            atomic_write_text(self.output_dir / TRAINER_STATE, json.dumps(record, indent=2) + "\n")
+
+    # -- finish ----------------------------------------------------------------------
+    def finish(self, t0: float) -> dict:
+        """Save the model if no dev set chose one, write the state, return the metrics."""
+        acc = self.accelerator
+        if not self.has_dev or not (self.output_dir / "config.json").exists():
+            self.save_model()  # no dev set: the last model; or nothing was saved yet (a finished run rerun)
+        self.write_state()
+        acc.wait_for_everyone()
+        wall = time.perf_counter() - t0
+        tokens = acc.reduce(torch.tensor(float(self.local_tokens), device=acc.device), "sum").item()
+        last_loss = self.last_loss
+        if last_loss is None:
+            last_loss = next((r["loss"] for r in reversed(self.history) if "loss" in r), None)
+        return {
+            "steps": self.step,
+            "resumed_from": self.resumed_from,
+            "train_loss": last_loss,
+            "best_dev_perplexity": self.best["dev_perplexity"],
+            "best_step": self.best["step"],
+            "effective_batch_size": self.effective,
+            "processes": self.world,
+            "wall_seconds": round(wall, 2),
+            "tokens_per_second": round(tokens / wall, 1) if wall > 0 and tokens else 0.0,
+        }
 
 
 def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: TrainArgs, output_dir: str | Path,
@@ -260,168 +474,7 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
     it to interrupt a run). Returns steps, train_loss, best_dev_perplexity,
     best_step, wall_seconds, tokens_per_second and more.
     """
-    from accelerate import Accelerator
-    from accelerate.utils import set_seed
-
-    args.validate()
-    if len(train) == 0:
-        raise ValueError("train_causal_lm: no training rows")
-    output_dir = Path(output_dir)
-    accelerator = Accelerator(mixed_precision=_mixed_precision(args.dtype), cpu=use_cpu())
-    main = accelerator.is_main_process
-    world = accelerator.num_processes
-    accum = max(1, args.batch_size // (args.micro_batch_size * world))
-    effective = accum * args.micro_batch_size * world
-    if effective != args.batch_size and main:
-        print(f"train: effective batch {effective} (micro {args.micro_batch_size} x {world} processes x {accum} "
-              f"accumulation) instead of {args.batch_size}")
-    pad_id = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
-    ckpt_root = output_dir / CHECKPOINTS
-    if main:
-        _prepare_checkpoints(ckpt_root, resume, run_key)
-    accelerator.wait_for_everyone()
-    set_seed(args.seed)
-
-    model = model.float()  # master weights in float32 (see module docstring)
-    if args.gradient_checkpointing:
-        kwargs = {"use_reentrant": False}
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
-        else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
-    model.train()
-    optimizer = torch.optim.AdamW(_param_groups(model, args.weight_decay), lr=args.learning_rate)
-    model, optimizer = accelerator.prepare(model, optimizer)
-
-    step, history, best = 0, [], {"dev_perplexity": None, "step": None}
-    found = checkpoint_dirs(output_dir)
-    if found:
-        accelerator.load_state(str(found[-1]))
-        saved = json.loads((found[-1] / CHECKPOINT_STATE).read_text())
-        step, history, best = saved["step"], saved["log_history"], saved["best"]
-        if main:
-            print(f"train: resuming from {found[-1]} (step {step})")
-        stops.keep(f"the checkpoint of step {step} in {found[-1]}")
-    resumed_from = step
-
-    order = RowOrder(len(train), args.seed)
-    state = {"args": asdict(args), "max_steps": args.max_steps, "effective_batch_size": effective,
-             "train_rows": len(train), "dev_rows": 0 if dev is None else len(dev), "seq_len": train.shape[1]}
-
-    def write_state() -> None:
-        if main:
-            record = {**state, "global_step": step, "best_step": best["step"],
-                      "best_dev_perplexity": best["dev_perplexity"], "log_history": history}
-            atomic_write_text(output_dir / TRAINER_STATE, json.dumps(record, indent=2) + "\n")
-
-    def save_model() -> None:
-        from transformers.utils import logging as hf_logging
-
-        bars = hf_logging.is_progress_bar_enabled()
-        hf_logging.disable_progress_bar()  # its shard bars would break the training bar
-        _save_whole(accelerator, model, tokenizer, output_dir)
-        if bars:
-            hf_logging.enable_progress_bar()
-
-    def do_eval() -> None:
-        result = evaluate_perplexity(model, dev, args.micro_batch_size, accelerator, pad_id)
-        history.append({"step": step, **result})
-        if best["dev_perplexity"] is None or result["dev_perplexity"] < best["dev_perplexity"]:
-            best.update(dev_perplexity=result["dev_perplexity"], step=step)
-            save_model()
-        if main:
-            tqdm.write(f"step {step}: dev perplexity {result['dev_perplexity']:.3f} (best {best['dev_perplexity']:.3f} "
-                       f"at step {best['step']})")
-
-    def do_checkpoint() -> None:
-        path = ckpt_root / f"step-{step:07d}"
-        _save_checkpoint(accelerator, path, {"step": step, "log_history": history, "best": best})
-        if main:
-            for old in checkpoint_dirs(output_dir)[: -max(1, args.keep_checkpoints)]:
-                shutil.rmtree(old, ignore_errors=True)
-        stops.keep(f"the checkpoint of step {step} in {path}")
-        checkpoints_written[0] += 1
-        fault_point("finetune", checkpoints_written[0])
-
-    checkpoints_written = [0]  # by this process, for the kill-and-resume tests
-    has_dev = dev is not None and len(dev) > 0
-    t0 = time.perf_counter()
-    local_tokens = 0
-    loss_sum = torch.zeros((), device=accelerator.device)
-    loss_count = 0
-    last_loss = None
-    with tqdm(total=args.max_steps, initial=step, desc="train", unit="step", disable=not main,
-              dynamic_ncols=True) as bar:
-        while step < args.max_steps:
-            with stops.deferred():  # a signal stops training after this step (and its checkpoint)
-                lr = args.learning_rate * lr_factor(step, args)
-                for group in optimizer.param_groups:
-                    group["lr"] = lr
-                step_loss = torch.zeros((), device=accelerator.device)
-                for k in range(accum):
-                    # This micro-batch's place in the stream: step, accumulation round, process.
-                    first = ((step * accum + k) * world + accelerator.process_index) * args.micro_batch_size
-                    rows = train[order.take(first, args.micro_batch_size)]  # (B, T)
-                    batch = {name: v.to(accelerator.device) for name, v in batch_inputs(rows, pad_id).items()}
-                    local_tokens += int(batch["attention_mask"].sum())
-                    sync = accelerator.no_sync(model) if k < accum - 1 else nullcontext()
-                    with sync:
-                        loss = model(**batch, use_cache=False).loss / accum
-                        accelerator.backward(loss)
-                    step_loss += loss.detach()
-                grad_norm = (accelerator.clip_grad_norm_(model.parameters(), args.grad_clip)
-                             if args.grad_clip > 0 else None)
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                loss_sum += step_loss
-                loss_count += 1
-                bar.update(1)
-
-                if step % args.log_every == 0 or step == args.max_steps:
-                    mean = (accelerator.reduce(loss_sum, "mean") / loss_count).item()
-                    last_loss = round(mean, 6)
-                    record = {"step": step, "loss": round(mean, 6), "learning_rate": lr,
-                              "epoch": round(step * effective / len(train), 4)}
-                    if grad_norm is not None:
-                        record["grad_norm"] = round(float(grad_norm), 6)
-                    history.append(record)
-                    bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}")
-                    loss_sum.zero_()
-                    loss_count = 0
-                if has_dev and ((args.eval_every and step % args.eval_every == 0) or step == args.max_steps):
-                    do_eval()
-                stop = _stop_requested(accelerator)
-                if args.save_every and (stop or step % args.save_every == 0 or step == args.max_steps):
-                    do_checkpoint()
-                write_state()
-                if on_step is not None:
-                    on_step(step, history[-1] if history else {})
-                if stop:
-                    if not args.save_every:
-                        stops.keep(f"the model of the best step so far in {output_dir} (no checkpoint: "
-                                   "save_every is 0, a rerun starts over)")
-                    raise stops.Stopped(stops.pending() or signal.SIGTERM)
-
-    if not has_dev or not (output_dir / "config.json").exists():
-        save_model()  # no dev set: the last model; or nothing was saved yet (a finished run rerun)
-    write_state()
-    accelerator.wait_for_everyone()
-    wall = time.perf_counter() - t0
-    tokens = accelerator.reduce(torch.tensor(float(local_tokens), device=accelerator.device), "sum").item()
-    if last_loss is None:
-        last_loss = next((r["loss"] for r in reversed(history) if "loss" in r), None)
-    return {
-        "steps": step,
-        "resumed_from": resumed_from,
-        "train_loss": last_loss,
-        "best_dev_perplexity": best["dev_perplexity"],
-        "best_step": best["step"],
-        "effective_batch_size": effective,
-        "processes": world,
-        "wall_seconds": round(wall, 2),
-        "tokens_per_second": round(tokens / wall, 1) if wall > 0 and tokens else 0.0,
-    }
+    return Trainer(model, train, dev, args, output_dir, tokenizer, on_step).run(resume, run_key)
 
 
 def _save_whole(accelerator, model, tokenizer, output_dir: Path) -> None:

@@ -43,17 +43,13 @@ from toolformer.runfolder import (
     iter_jsonl,
     read_documents,
 )
+from toolformer.runview import margin  # L⁻ − L⁺: how much the call with its result lowers the loss
 from toolformer.stages import start
 
 DATASET = "dataset"
 AUGMENTED = "augmented.jsonl"
 # Keys a kept filter record must carry (RUN_DIR/filter contract).
 REQUIRED = ("doc_id", "tool", "input", "result", "char_start", "call_text", "loss_minus", "loss_plus")
-
-
-def margin(record: dict) -> float:
-    """L⁻ − L⁺: how much the call with its result lowers the weighted loss."""
-    return record["loss_minus"] - record["loss_plus"]
 
 
 def read_kept(filter_dir: Path) -> list[dict]:

@@ -32,6 +32,7 @@ from toolformer.config import PipelineConfig, TaskConfig
 from toolformer.generate import generate_with_tools, load_model_folder
 from toolformer.modeling import _check_local, bos_ids, model_window, set_threads
 from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
+from toolformer.sandbox import build_sandbox
 from toolformer.stages import start
 from toolformer.tasks import (
     TaskData,
@@ -42,6 +43,7 @@ from toolformer.tasks import (
     math_score,
     qa_score,
 )
+from toolformer.training import IGNORE_INDEX, row_nll
 
 ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
 PPL_TOKENS = 16384  # token budget of one perplexity forward
@@ -131,12 +133,10 @@ def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexit
             j += 1
         group = chunks[i:j]
         width = max(len(c) for c in group)
-        ids = torch.tensor([c + [pad] * (width - len(c)) for c in group], device=device)  # (B, T)
-        mask = torch.tensor([[1] * len(c) + [0] * (width - len(c)) for c in group], device=device)  # (B, T)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()  # (B, T-1, V)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-        nll -= float((logp * mask[:, 1:]).sum())
-        count += int(mask[:, 1:].sum())
+        rows = torch.tensor([c + [IGNORE_INDEX] * (width - len(c)) for c in group])  # (B, T) padded right
+        group_nll, group_tokens = row_nll(model, rows, pad, device)  # (B,), (B,)
+        nll += float(group_nll.sum())
+        count += int(group_tokens.sum())
         i += len(group)
         bar.update(len(group))
     bar.close()
@@ -181,15 +181,6 @@ def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _build_sandbox(cfg: PipelineConfig):
-    from toolformer.sandbox import Sandbox
-    from toolformer.tools import build_tools
-
-    style = get_style(cfg.calls.style)
-    return Sandbox(build_tools(cfg.tools), cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency,
-                   cache=True, forbidden_markers=(style.start, style.end, *style.arrows))
-
-
 def _load_row_model(cfg: PipelineConfig, path: str):
     return load_model_folder(cfg, path)
 
@@ -215,7 +206,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
         if data.skipped:
             print(f"evaluate: task {tc.name!r}: {len(data.skipped)} item(s) left out, e.g. {data.skipped[0]}")
     set_threads(cfg.model.threads)
-    sandbox = _build_sandbox(cfg) if any(r.tools for r in rows) else None
+    sandbox = build_sandbox(cfg) if any(r.tools for r in rows) else None
 
     results: dict[str, dict] = {}
     ppl_by_path: dict[str, tuple[float, int]] = {}

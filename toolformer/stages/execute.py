@@ -10,21 +10,11 @@ from collections import defaultdict
 
 from tqdm.auto import tqdm
 
-from toolformer.calls import get_style
 from toolformer.config import PipelineConfig
 from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
-from toolformer.sandbox import Sandbox
+from toolformer.sandbox import build_sandbox
 from toolformer.stages import start
 from toolformer.stages.sample import check_tools
-from toolformer.tools import build_tool
-
-
-def make_sandbox(cfg: PipelineConfig, cache: bool = True) -> Sandbox:
-    style = get_style(cfg.calls.style)
-    tools = {name: build_tool(name, cfg.tools) for name in check_tools(cfg)}
-    # A result must never contain a call marker: it could close the call early.
-    markers = [style.end, style.start] if style.special_tokens else [style.end]
-    return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency, cache, markers)
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
@@ -35,7 +25,8 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
         return run.stage.manifest()
     docs = read_documents(cfg.run_dir)
     candidates = list(upstream.records())
-    sandbox = make_sandbox(cfg, cache=cfg.execute.cache)
+    check_tools(cfg)  # refuses unknown tools and those with side effects
+    sandbox = build_sandbox(cfg, cache=cfg.execute.cache)
 
     def process(group: list[dict]) -> list[dict]:
         outcomes = sandbox.run_many([(r["tool"], r["input"], docs[r["doc_id"]]["date"]) for r in group])

@@ -84,16 +84,6 @@ def split_dev(n: int, dev_ratio: float, seed: int) -> tuple[list[int], list[int]
     return [i for i in range(n) if i not in dev], sorted(dev)
 
 
-def train_args(cfg: PipelineConfig) -> TrainArgs:
-    f = cfg.finetune
-    return TrainArgs(
-        learning_rate=f.learning_rate, warmup_ratio=f.warmup_ratio, schedule=f.schedule, batch_size=f.batch_size,
-        micro_batch_size=f.micro_batch_size, max_steps=f.max_steps, eval_every=f.eval_every, save_every=f.save_every,
-        keep_checkpoints=f.keep_checkpoints, weight_decay=f.weight_decay, grad_clip=f.grad_clip, dtype=f.dtype,
-        seed=cfg.seed, gradient_checkpointing=f.gradient_checkpointing, log_every=f.log_every,
-    )
-
-
 def run_key(cfg: PipelineConfig, data_hash: str) -> str:
     """What checkpoints depend on: model, call format, data and hyper-parameters."""
     f = {k: v for k, v in asdict(cfg.finetune).items() if k not in RESUMABLE_CHANGES}
@@ -106,6 +96,7 @@ def model_card(cfg: PipelineConfig, data: dict, metrics: dict) -> str:
     best = metrics["best_dev_perplexity"]
     result = (f"dev perplexity {best:.3f} (best at step {metrics['best_step']})" if best is not None
               else "no dev set; the model of the last step")
+    speed = f"{metrics['wall_seconds']} s at {metrics['tokens_per_second']:,.0f} tokens/s"
     return f"""# Toolformer fine-tune of `{cfg.model.path}`
 
 Fine-tuned with the causal-LM objective on a data set with API calls inline
@@ -122,7 +113,7 @@ tool runs and its result is inserted (`toolformer generate --model {model_dir(cf
 ## Result
 
 {metrics['steps']} steps of {metrics['effective_batch_size']} sequences; {result};
-final training loss {metrics['train_loss']:.4f}; {metrics['wall_seconds']} s at {metrics['tokens_per_second']:,.0f} tokens/s
+final training loss {metrics['train_loss']:.4f}; {speed}
 on {metrics['processes']} process(es).
 
 ## Config (`finetune` section)
@@ -186,8 +177,9 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
     dev_rows = (pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len, whole_documents=whole)
                 if dev_idx else None)  # (M, T)
     out = model_dir(cfg)
-    metrics = train_causal_lm(model, train_rows, dev_rows, train_args(cfg), out, tokenizer=tokenizer,
-                              resume=not force, run_key=run_key(cfg, data_hash))
+    args = TrainArgs.from_config(cfg.finetune, seed=cfg.seed)
+    metrics = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer=tokenizer, resume=not force,
+                              run_key=run_key(cfg, data_hash))
 
     if not state.is_main_process:
         return None

@@ -25,7 +25,6 @@ accepted for symmetry with the other stages); every file is written atomically.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 
@@ -33,7 +32,7 @@ from toolformer.calls import get_style
 from toolformer.config import PipelineConfig
 from toolformer.configuration import ConfigError, load_config
 from toolformer.report import margin_histogram, write_report
-from toolformer.runfolder import Stage, atomic_write_text, fmt_pct
+from toolformer.runfolder import Stage, atomic_write_bytes, atomic_write_text, fmt_pct
 from toolformer.runview import (
     QUANTILES,
     STEP_LABELS,
@@ -59,12 +58,6 @@ def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
 
 
 TERMINAL_WRONG = 5  # wrong kept calls printed per tool (funnel.json and report.html hold up to GOLD_EXAMPLES)
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
 
 
 def _file_name(tool: str) -> str:
@@ -98,7 +91,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, tool: str | None = None,
         png = margin_histogram(t, ins.selected[t], ins.tau(t), cfg.inspect.bins)
         if png is not None:
             images[t] = png
-            _atomic_write_bytes(out.dir / _file_name(t), png)
+            atomic_write_bytes(out.dir / _file_name(t), png)
     pages = write_report(out.dir, ins, images, cfg.inspect.page_size, cfg.inspect.context_chars)
     print_inspection(ins, cfg.inspect.context_chars)
     n_kept, n_cands, pct = kept_share(ins.funnel, ins.tools)
@@ -126,7 +119,8 @@ def print_inspection(ins: Inspection, width: int) -> None:
 
     console = Console(highlight=False)
     f = ins.funnel
-    states = ", ".join(f"{s} {st}" for s, st in f["stages"].items() if st != "missing" or s in ("sample", "execute", "filter"))
+    states = ", ".join(f"{s} {st}" for s, st in f["stages"].items()
+                       if st != "missing" or s in ("sample", "execute", "filter"))
     console.print(f"inspect: {ins.view.run_dir} (stages: {states})")
     if f["missing"]:
         console.print(f"missing stages: {', '.join(f['missing'])}", style="bold yellow")
@@ -170,7 +164,8 @@ def print_inspection(ins: Inspection, width: int) -> None:
                 doc = ins.view.documents.get(r["doc_id"])
                 before, call, after = in_context(doc["text"] if doc else None, r, ins.style, ins.separator, width)
                 sentence = Text(before) + Text(call, style="bold green" if r.get("kept") else "bold red") + Text(after)
-                t.add_row(f"{margin(r):.3f}", f"{r['loss_minus']:.3f}", f"{r['loss_plus']:.3f}", str(r["doc_id"]), sentence)
+                t.add_row(f"{margin(r):.3f}", f"{r['loss_minus']:.3f}", f"{r['loss_plus']:.3f}", str(r["doc_id"]),
+                          sentence)
             console.print(t)
     if "filter" in f["missing"]:
         console.print("no losses to rank: the filter stage is missing")

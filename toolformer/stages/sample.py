@@ -81,7 +81,6 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
     tools = check_tools(cfg)
     settings = {t: tool_settings(cfg, t) for t in tools}
     uses_sampler = any(m in ("sampler", "both") for *_, m in settings.values())
-    style = get_style(cfg.calls.style)
     model, tok = load(cfg.model, cfg.calls)
     window = model_window(model, cfg.model)
     corpus = read_corpus(cfg.corpus)
@@ -90,69 +89,96 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
     docs = split_windows(corpus.documents, tok, window_tokens(cfg, tok, window, uses_sampler))
     write_documents(cfg.run_dir, docs)
     run.stage.write_rejected(corpus.rejected)
-
-    samplers = {}
-    if uses_sampler:
-        from toolformer.sampler import Sampler
-
-        for t in tools:
-            if settings[t][3] in ("sampler", "both"):
-                prompt = render_prompt(build_tool(t, cfg.tools), "{text}", style)
-                samplers[t] = Sampler(model, tok, style, prompt, bos_ids(tok))
+    samplers = make_samplers(cfg, settings, model, tok) if uses_sampler else {}
 
     def process(group: list[dict]) -> list[dict]:
-        tokenized = [tokenize_text(tok, d["text"]) for d in group]
-        records = []
-        per_doc: dict[int, list[dict]] = defaultdict(list)
-        for tool in tools:
-            tau, k, m, method = settings[tool]
-            keep = [j for j, d in enumerate(group)
-                    if not cfg.sample.prefilter or passes_prefilter(tool, d, tokenized[j])]
-            if method in ("rules", "both"):
-                for j in keep:
-                    for p in propose(tool, group[j]["text"], tokenized[j], cfg.sample.max_rule_candidates):
-                        per_doc[j].append(_record(group[j], tool, p.input, p.position, tokenized[j], None, "rules"))
-            if method in ("sampler", "both") and keep:
-                sub = [(group[j]["text"], tokenized[j]) for j in keep]
-                scores = samplers[tool].score_positions(sub, cfg.sample.batch_tokens)
-                positions = [sorted(sorted((i for i, p in enumerate(ps) if p > tau), key=lambda i: -ps[i])[:k])
-                             for ps in scores]
-                gen = torch.Generator().manual_seed(_seed(cfg, tool, group[0]["doc_id"]))
-                sampled = samplers[tool].sample_calls(sub, positions, m, cfg.sample.max_new_tokens,
-                                                      cfg.sample.temperature, tool, gen, cfg.sample.batch_tokens)
-                for j, calls, ps in zip(keep, sampled, scores):
-                    for i, tool_input in calls:
-                        per_doc[j].append(_record(group[j], tool, tool_input, i, tokenized[j], ps[i], "sampler"))
-        for j in range(len(group)):
-            seen = set()
-            for r in per_doc[j]:
-                key = (r["tool"], r["position"], r["input"])
-                if key not in seen:  # the same call from the sampler and a rule counts once
-                    seen.add(key)
-                    records.append(r)
-        return records
+        return annotate_group(cfg, tok, settings, samplers, group)
 
     with tqdm(total=len(docs), desc="sample", unit="doc") as bar:
         run_sharded(run.stage, docs, cfg.shard_size, run.first_shard, process, bar)
-    per_tool = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in tools}
-    for d in docs:  # documents passing each pre-filter (cheap; also right after a resume)
-        tt = tokenize_text(tok, d["text"])
-        for t in tools:
-            per_tool[t]["documents"] += int(not cfg.sample.prefilter or passes_prefilter(t, d, tt))
-    positions: dict[str, set] = defaultdict(set)
-    for r in run.stage.records():
-        per_tool[r["tool"]]["candidates"] += 1
-        positions[r["tool"]].add((r["doc_id"], r["position"]))
-    for t in tools:
-        per_tool[t]["positions"] = len(positions[t])
+    per_tool = count_per_tool(cfg, run.stage, docs, tok, tools)
     counts = {"documents": len(corpus.documents), "windows": len(docs), "rejected": len(corpus.rejected),
               "per_tool": per_tool}
     run.stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path)
     total = sum(v["candidates"] for v in per_tool.values())
     parts = ", ".join(f"{t} {v['candidates']:,} at {v['positions']:,} positions" for t, v in per_tool.items())
+    n_rejected = len(corpus.rejected)
     print(f"sample: {total:,} candidates in {len(docs):,} documents ({parts}); "
-          f"{len(corpus.rejected):,} records rejected ({fmt_pct(len(corpus.rejected), len(corpus.rejected) + len(corpus.documents))})")
+          f"{n_rejected:,} records rejected ({fmt_pct(n_rejected, n_rejected + len(corpus.documents))})")
     return run.stage.manifest()
+
+
+def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], model, tok) -> dict:
+    """A :class:`~toolformer.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples."""
+    from toolformer.sampler import Sampler
+
+    style = get_style(cfg.calls.style)
+    samplers = {}
+    for t, (*_, method) in settings.items():
+        if method in ("sampler", "both"):
+            prompt = render_prompt(build_tool(t, cfg.tools), "{text}", style)
+            samplers[t] = Sampler(model, tok, style, prompt, bos_ids(tok))
+    return samplers
+
+
+def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], samplers: dict,
+                   group: list[dict]) -> list[dict]:
+    """Candidate records of one shard's documents: per tool, its pre-filter, then
+    rules and/or the sampler; the same call from both counts once."""
+    tokenized = [tokenize_text(tok, d["text"]) for d in group]
+    per_doc: dict[int, list[dict]] = defaultdict(list)
+    for tool, (tau, k, m, method) in settings.items():
+        keep = [j for j, d in enumerate(group)
+                if not cfg.sample.prefilter or passes_prefilter(tool, d, tokenized[j])]
+        if method in ("rules", "both"):
+            for j in keep:
+                for p in propose(tool, group[j]["text"], tokenized[j], cfg.sample.max_rule_candidates):
+                    per_doc[j].append(_record(group[j], tool, p.input, p.position, tokenized[j], None, "rules"))
+        if method in ("sampler", "both") and keep:
+            _sample_calls(cfg, samplers[tool], tool, (tau, k, m), group, tokenized, keep, per_doc)
+    records = []
+    for j in range(len(group)):
+        seen = set()
+        for r in per_doc[j]:
+            key = (r["tool"], r["position"], r["input"])
+            if key not in seen:  # the same call from the sampler and a rule counts once
+                seen.add(key)
+                records.append(r)
+    return records
+
+
+def _sample_calls(cfg: PipelineConfig, sampler, tool: str, tau_k_m: tuple[float, int, int], group: list[dict],
+                  tokenized: list, keep: list[int], per_doc: dict[int, list[dict]]) -> None:
+    """The paper's sampler for the documents ``keep`` of ``group``: p_i > tau_s,
+    the top k positions, m calls sampled at each; records appended to ``per_doc``."""
+    tau, k, m = tau_k_m
+    sub = [(group[j]["text"], tokenized[j]) for j in keep]
+    scores = sampler.score_positions(sub, cfg.sample.batch_tokens)
+    positions = [sorted(sorted((i for i, p in enumerate(ps) if p > tau), key=lambda i: -ps[i])[:k])
+                 for ps in scores]
+    gen = torch.Generator().manual_seed(_seed(cfg, tool, group[0]["doc_id"]))
+    sampled = sampler.sample_calls(sub, positions, m, cfg.sample.max_new_tokens, cfg.sample.temperature, tool, gen,
+                                   cfg.sample.batch_tokens)
+    for j, calls, ps in zip(keep, sampled, scores):
+        for i, tool_input in calls:
+            per_doc[j].append(_record(group[j], tool, tool_input, i, tokenized[j], ps[i], "sampler"))
+
+
+def count_per_tool(cfg: PipelineConfig, stage, docs: list[dict], tok, tools: list[str]) -> dict[str, dict]:
+    """Per tool: documents passing its pre-filter, candidate positions and
+    candidates, counted from the stage's records (right also after a resume)."""
+    per_tool = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in tools}
+    for d in docs:  # documents passing each pre-filter (cheap)
+        tt = tokenize_text(tok, d["text"])
+        for t in tools:
+            per_tool[t]["documents"] += int(not cfg.sample.prefilter or passes_prefilter(t, d, tt))
+    positions: dict[str, set] = defaultdict(set)
+    for r in stage.records():
+        per_tool[r["tool"]]["candidates"] += 1
+        positions[r["tool"]].add((r["doc_id"], r["position"]))
+    for t in tools:
+        per_tool[t]["positions"] = len(positions[t])
+    return per_tool
 
 
 def _record(doc: dict, tool: str, tool_input: str, position: int, tt, p_i: float | None, source: str) -> dict:

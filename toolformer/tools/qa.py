@@ -16,7 +16,10 @@ from toolformer.tools.wikisearch import BM25Index, _stamp, read_jsonl, tokenize_
 # Function words dropped from a question before retrieval: they match every
 # fact's sentence and say nothing of the relation asked for. Question words
 # (what, where, when, who, which, how) stay: they do.
-STOPWORDS = frozenset(["a", "an", "the", "of", "is", "are", "was", "were", "be", "been", "do", "does", "did", "you", "know", "me", "tell", "can", "could", "it", "its", "this", "that", "and", "or", "as", "by", "for", "to", "at", "on", "in"])
+STOPWORDS = frozenset([
+    "a", "an", "the", "of", "is", "are", "was", "were", "be", "been", "do", "does", "did", "you", "know", "me",
+    "tell", "can", "could", "it", "its", "this", "that", "and", "or", "as", "by", "for", "to", "at", "on", "in",
+])
 
 
 def query_words(question: str) -> list[str]:

@@ -259,8 +259,8 @@ def person_facts(rng: random.Random, p: str, birthplace: str) -> list[Fact]:
              [f"{p} was born in the town of {{o}}.", f"The birthplace of {p} is {{o}}."]),
         Fact("person.profession", p, "profession work job what trade worked", rng.choice(PROFESSIONS),
              ask("person.profession", p), [f"{p} worked as a {{o}}.", f"By profession {p} was a {{o}}."]),
-        Fact("person.died", p, "died die in what year when death", str(born + rng.randint(35, 90)), ask("person.died", p),
-             [f"{p} died in {{o}}.", f"{p} died in the year {{o}}."]),
+        Fact("person.died", p, "died die in what year when death", str(born + rng.randint(35, 90)),
+             ask("person.died", p), [f"{p} died in {{o}}.", f"{p} died in the year {{o}}."]),
     ]
 
 
@@ -273,18 +273,22 @@ def event_fact(rng: random.Random, t: str, kind: str, numbers: set[int]) -> Fact
     year = str(_distinct(rng, 1800, 1945, numbers))
     if kind in ("flood", "fire"):
         name = f"Great {kind.title()} of {t}"
-        return Fact("event.year", name, "happened in what year when", year, _ask_event(name, f"In what year was the {name}?"),
+        return Fact("event.year", name, "happened in what year when", year,
+                    _ask_event(name, f"In what year was the {name}?"),
                     [f"The {name} happened in {{o}}.", f"The {name} struck in the year {{o}}."])
     if kind == "fair":
         name = f"{t} Fair"
-        return Fact("event.year", name, "first held in what year when", year, _ask_event(name, f"In what year was the first {name} held?"),
+        return Fact("event.year", name, "first held in what year when", year,
+                    _ask_event(name, f"In what year was the first {name} held?"),
                     [f"The first {name} was held in {{o}}.", f"The {name} was first held in {{o}}."])
     if kind == "bridge":
         name = f"{t} Bridge"
-        return Fact("event.year", name, "opened open in what year when", year, _ask_event(name, f"In what year did the {name} open?"),
+        return Fact("event.year", name, "opened open in what year when", year,
+                    _ask_event(name, f"In what year did the {name} open?"),
                     [f"The {name} opened in {{o}}.", f"The {name} was opened in the year {{o}}."])
     name = f"Treaty of {t}"
-    return Fact("event.year", name, "signed sign in what year when", year, _ask_event(name, f"In what year was the {name} signed?"),
+    return Fact("event.year", name, "signed sign in what year when", year,
+                _ask_event(name, f"In what year was the {name} signed?"),
                 [f"The {name} was signed in {{o}}.", f"The {name} was signed in the year {{o}}."])
 
 

@@ -145,7 +145,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         r = rng.random()
         kind = "math" if r < wc.math_share or not cor else "dated" if r < wc.math_share + wc.dated_share else "facts"
         chosen = next(groups) if kind == "facts" else []
-        text, gold = _guarded(lambda: corpus_doc(w, kind, chosen, date), guard, "annotation")
+        text, gold = _guarded(lambda k=kind, c=chosen, d=date: corpus_doc(w, k, c, d), guard, "annotation")
         rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     counts["corpus"] = _write_jsonl(paths["corpus"], rows)
 

@@ -104,8 +104,7 @@ def copy_probe(model, tokenizer, items: list[dict], separator: str = "\n", horiz
         key = f"{k}"
         texts[key] = tt.ids
         position = tt.char_starts.index(it["char_start"])
-        variants = (None, style.render(it["tool"], it["input"], ""), style.render(it["tool"], it["input"], it["result"]),
-                    style.render(it["tool"], it["input"], it["wrong"]))
+        variants = (None, *(style.render(it["tool"], it["input"], r) for r in ("", it["result"], it["wrong"])))
         reqs = [LossRequest(prefix(z), key, position) for z in variants]
         requests += reqs
         plan.append(reqs)
