@@ -14,7 +14,6 @@ saying what was kept (:mod:`toolformer.stops`).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import signal
 import sys
@@ -24,9 +23,7 @@ from pathlib import Path
 from toolformer import stops
 from toolformer.config import STAGES, PipelineConfig
 from toolformer.configuration import ConfigError, load_config
-
-# stage name -> (module, function); each function takes (cfg, force=bool).
-STAGE_FUNCTIONS = {s: (f"toolformer.stages.{s}", "run_stage") for s in STAGES}
+from toolformer.stages import run_stage
 
 STAGE_HELP = {
     "sample": "propose candidate API calls at positions of the corpus",
@@ -118,17 +115,6 @@ def _load(args) -> PipelineConfig:
     return load_config(PipelineConfig, args.config, args.overrides)
 
 
-def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **kwargs):
-    module_name, fn = STAGE_FUNCTIONS[name]
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as e:
-        if e.name == module_name:
-            raise SystemExit(f"toolformer: stage {name!r} is not implemented yet") from None
-        raise
-    return getattr(module, fn)(cfg, force=force, **kwargs)
-
-
 def cmd_tool(args) -> int:
     from toolformer.sandbox import build_sandbox
     from toolformer.tools import REGISTRY, build_tool
@@ -197,60 +183,85 @@ def held_folders(cfg: PipelineConfig, command: str) -> list[tuple[str, str]]:
     return held
 
 
+def cmd_generate(args) -> int:
+    from toolformer.generate import cli_generate
+
+    return cli_generate(args)
+
+
+def cmd_bench(args) -> int:
+    from toolformer.bench import main as bench_main
+
+    return bench_main(args.args)
+
+
+def cmd_inspect(args) -> int:
+    """Reads any run folder; writes only RUN_DIR/inspect (so it takes no lock)."""
+    cfg = _load(args)
+    if args.run_dir:
+        cfg.run_dir = args.run_dir
+    run_stage("inspect", cfg, force=args.force, tool=args.tool, kept=args.kept,
+              min_margin=args.min_margin, max_margin=args.max_margin)
+    return 0
+
+
+def cmd_probe(args) -> int:
+    from toolformer.world.probe import cli_probe
+
+    return cli_probe(_load(args), args.model, args.json)
+
+
+def _demo(cfg: PipelineConfig, force: bool) -> None:
+    from toolformer.demo import run_demo
+
+    run_demo(cfg, force=force)
+
+
+def _world(cfg: PipelineConfig, force: bool) -> None:
+    from toolformer.world.generator import generate_world
+
+    generate_world(cfg)
+
+
+def _pretrain(cfg: PipelineConfig, force: bool) -> None:
+    from toolformer.world.pretrain import pretrain_base_model
+
+    pretrain_base_model(cfg, force=force)
+
+
+def _run(cfg: PipelineConfig, force: bool) -> None:
+    from toolformer.pipeline import run_pipeline
+
+    run_pipeline(cfg, force=force)
+
+
+# Commands that need no run folder: command -> function(args) -> exit code.
+PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "bench": cmd_bench,
+                  "inspect": cmd_inspect, "probe": cmd_probe}
+# Commands that write into a run folder, run under its lock: command -> function(cfg, force).
+WRITING_COMMANDS = {"demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
+                    **{s: (lambda cfg, force, s=s: run_stage(s, cfg, force=force)) for s in STAGES if s != "inspect"}}
+
+
 def dispatch(args) -> int:
-    """Run one parsed command; errors propagate to :func:`main`."""
+    """Run one parsed command; errors propagate to :func:`main`. A writing
+    command first checks the paths its stages read, then claims and locks
+    every folder it writes (all checked before any is created)."""
     from toolformer.inputs import check_reads
     from toolformer.runguard import check_owned, claim
 
-    if args.command == "tool":
-        return cmd_tool(args)
-    if args.command == "tiny-model":
-        return cmd_tiny_model(args)
-    if args.command == "generate":
-        from toolformer.generate import cli_generate
-
-        return cli_generate(args)
-    if args.command == "bench":
-        from toolformer.bench import main as bench_main
-
-        return bench_main(args.args)
+    if args.command in PLAIN_COMMANDS:
+        return PLAIN_COMMANDS[args.command](args)
     cfg = _load(args)
-    if args.command == "inspect":  # reads any run folder; writes only RUN_DIR/inspect
-        if args.run_dir:
-            cfg.run_dir = args.run_dir
-        run_stage("inspect", cfg, force=args.force, tool=args.tool, kept=args.kept,
-                  min_margin=args.min_margin, max_margin=args.max_margin)
-        return 0
-    if args.command == "probe":
-        from toolformer.world.probe import cli_probe
-
-        return cli_probe(cfg, args.model, args.json)
     if args.command in ("run", *STAGES):
         check_reads(cfg, cfg.stages if args.command == "run" else [args.command])
     folders = held_folders(cfg, args.command)
     for key, folder in folders:
-        check_owned(Path(folder), key)  # all of them before any is created
+        check_owned(Path(folder), key)
     with ExitStack() as held:
         for key, folder in folders:
             held.enter_context(claim(folder, key))
-        if args.command == "demo":
-            from toolformer.demo import run_demo
-
-            run_demo(cfg, force=args.force)
-        elif args.command == "world":
-            from toolformer.world.generator import generate_world
-
-            generate_world(cfg)
-        elif args.command == "pretrain":
-            from toolformer.world.pretrain import pretrain_base_model
-
-            pretrain_base_model(cfg, force=args.force)
-        elif args.command == "run":
-            from toolformer.pipeline import run_pipeline
-
-            run_pipeline(cfg, force=args.force)
-        else:
-            run_stage(args.command, cfg, force=args.force)
+        WRITING_COMMANDS[args.command](cfg, args.force)
     return 0
 
 

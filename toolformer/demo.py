@@ -103,7 +103,7 @@ def table(results: dict) -> str:
 
 
 def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
-    from toolformer.cli import run_stage
+    from toolformer.stages import run_stage
     from toolformer.world.generator import ensure_world
     from toolformer.world.pretrain import pretrain_base_model
 

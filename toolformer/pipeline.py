@@ -18,7 +18,7 @@ def save_resolved_config(cfg: PipelineConfig) -> Path:
 
 
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> dict[str, float]:
-    from toolformer.cli import run_stage
+    from toolformer.stages import run_stage
 
     save_resolved_config(cfg)
     walls: dict[str, float] = {}

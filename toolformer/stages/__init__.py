@@ -1,8 +1,11 @@
 """Pipeline stages: each is ``run_stage(cfg, force=False)`` reading the previous
-stage's output from the run folder and writing its own (see ``runfolder``)."""
+stage's output from the run folder and writing its own (see ``runfolder``).
+:func:`run_stage` here runs one of them by name; the command line, the
+pipeline and the demo all go through it."""
 
 from __future__ import annotations
 
+import importlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +17,14 @@ from toolformer.runfolder import Stage
 # Sections every stage depends on; each stage also depends on its own section
 # and those of the stages before it.
 COMMON = ("seed", "model", "calls", "corpus", "tools")
+
+
+def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **kwargs):
+    """Run stage ``name`` (one of :data:`~toolformer.config.STAGES`): the
+    ``run_stage`` of ``toolformer.stages.<name>``; returns what it returns."""
+    if name not in STAGES:
+        raise ValueError(f"unknown stage {name!r} (known: {', '.join(STAGES)})")
+    return importlib.import_module(f"toolformer.stages.{name}").run_stage(cfg, force=force, **kwargs)
 
 
 def stage_hash(cfg: PipelineConfig, name: str) -> str:
