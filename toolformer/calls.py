@@ -54,11 +54,6 @@ class CallStyle:
             return f"{head} {self.arrow}{self.end}"
         return f"{head} {self.arrow} {result}{self.end}"
 
-    def render_open(self, tool: str, tool_input: str) -> str:
-        """The call up to and including the result marker: what the model emits
-        before the result is inserted during generation."""
-        return f"{self.start}{tool}({tool_input}) {self.arrow}"
-
     @property
     def arrows(self) -> tuple[str, ...]:
         return (self.arrow, *self.arrow_alternatives)

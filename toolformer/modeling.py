@@ -26,7 +26,7 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def set_threads(threads: int = 0) -> None:
-    """Use one torch thread per core unless told otherwise (2 cores here)."""
+    """Use one torch thread per core unless told otherwise."""
     if not threads:
         threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     torch.set_num_threads(max(1, threads))
