@@ -41,7 +41,7 @@ from toolformer.calls import get_style, insert_calls
 from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash, dump_yaml
 from toolformer.modeling import set_threads
-from toolformer.runfolder import atomic_write_text, versions
+from toolformer.runfolder import atomic_write_text, iter_jsonl, versions
 from toolformer.world.generator import ensure_world, world_paths
 
 MANIFEST = "pretrain.json"
@@ -55,7 +55,7 @@ def base_model_dir(cfg: PipelineConfig) -> Path:
 
 
 def read_texts(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [rec for _n, rec in iter_jsonl(path)]
 
 
 def tokenizer_texts(paths: dict[str, Path]) -> list[str]:

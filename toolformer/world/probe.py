@@ -42,6 +42,7 @@ import torch
 
 from toolformer.calls import get_style
 from toolformer.modeling import bos_ids
+from toolformer.runfolder import iter_jsonl
 from toolformer.scoring import LossRequest, LossScorer
 from toolformer.textpos import tokenize_text
 
@@ -68,7 +69,7 @@ def _wrong_result(rng: random.Random, tool: str, result: str, others: list[str])
 def probe_items(corpus_path: str | Path, tool: str, limit: int, seed: int = 0) -> list[dict]:
     """Up to ``limit`` gold calls of ``tool`` from the annotation corpus, each with
     its document text and a wrong result."""
-    rows = [json.loads(line) for line in Path(corpus_path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    rows = [rec for _n, rec in iter_jsonl(corpus_path)]
     rng = random.Random(seed)
     items = []
     for row in rows:
@@ -192,8 +193,7 @@ def call_items(paths: dict, limit: int, seed: int = 0) -> dict[str, list[dict]]:
             items.append({"prompt": MATH_PROMPT.format(question=_problem(p)), "tool": "Calculator",
                           "argument": f"{a} {op} {b}", "wrong": rng.choice(wrong), "answer": str(p["Answer"])})
         out[f"math_{name}"] = items
-        qs = [json.loads(line) for line in Path(paths[f"eval_qa_{name}"]).read_text(encoding="utf-8").splitlines()
-              if line.strip()]
+        qs = [rec for _n, rec in iter_jsonl(paths[f"eval_qa_{name}"])]
         by_kind: dict[str, list[str]] = {}
         for q in qs:  # other entities of each relation, from the whole file
             by_kind.setdefault(q["relation"], []).append(q["subject"])
