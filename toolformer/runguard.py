@@ -82,6 +82,17 @@ def _holder(path: Path) -> dict:
         return {}
 
 
+def _wait_for_holder(path: Path, timeout_s: float = 2.0) -> dict:
+    """The holder of a lock found taken. It writes its record right after taking
+    the lock; a command that lost a race by microseconds waits that long."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        holder = _holder(path)
+        if holder.get("pid") or time.monotonic() > deadline:
+            return holder
+        time.sleep(0.02)
+
+
 def _alive(holder: dict) -> bool:
     """Whether the recorded holder still runs (always assumed on another host)."""
     pid = holder.get("pid")
@@ -133,15 +144,15 @@ def claim(folder: str | Path, key: str = "run_dir") -> Iterator[Path]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RunFolderError(_in_use(path, key, _holder(path))) from None
+            raise RunFolderError(_in_use(path, key, _wait_for_holder(path))) from None
         try:
-            check_owned(path, key)  # files may have appeared since the first look
-            mark(path)
             holder = {"pid": os.getpid(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                       "command": shlex.join(["toolformer", *sys.argv[1:]]), "host": socket.gethostname(),
                       "launch": launch_id()}
             os.ftruncate(fd, 0)
             os.pwrite(fd, (json.dumps(holder) + "\n").encode(), 0)
+            check_owned(path, key)  # files may have appeared since the first look
+            mark(path)
             yield path
         finally:
             os.ftruncate(fd, 0)  # still holding the lock: nobody reads a stale holder
