@@ -11,7 +11,7 @@ def test_bench_prints_the_ratios(capsys):
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     for key in ("filter_over_limit", "filter_over_naive", "sample_cache_speedup", "params", "device", "dtype"):
         assert key in result, key
-    assert result["N"] == 40 and result["share_rows"] and not result["share_heads"]
+    assert result["N"] == 40 and result["share_rows"] and not result["share_prefixes"]
     assert result["filter_tokens"] > 0 and 0 <= result["filter_padding"] < 1
     assert result["filter_over_limit"] > 0 and result["filter_over_naive"] > 0 and result["sample_cache_speedup"] > 0
 
@@ -22,6 +22,6 @@ def test_bench_without_sharing_scores_more_tokens(capsys):
     shared = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     main([*args, "--no-share"])
     plain = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    main([*args, "--share-heads"])
+    main([*args, "--share-prefixes"])
     heads = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert plain["filter_tokens"] > shared["filter_tokens"] > heads["filter_tokens"]

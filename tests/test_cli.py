@@ -39,3 +39,13 @@ def test_usage_errors_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(["tool"])
     assert e.value.code == 2
+
+
+def test_tiny_model_tokenizer_texts_come_from_a_named_folder(tmp_path, repo_root):
+    from toolformer.modeling import tiny_tokenizer_texts
+
+    with pytest.raises(FileNotFoundError, match=r"no corpus\.jsonl.*--data"):
+        tiny_tokenizer_texts(tmp_path)
+    texts = tiny_tokenizer_texts(repo_root / "data")
+    corpus = (repo_root / "data" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
+    assert set(corpus) <= set(texts)

@@ -61,9 +61,9 @@ def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
                 call = tuple(rng.randrange(3, vocab) for _ in range(rng.randint(8, 20)))
                 no_result = (0,) + call + (4, 5)
                 with_result = (0,) + call + (4, 6, 7, 8, 5)
-                head = len(call) + 2  # BOS + call + arrow: common to both variants
-                cands.append((LossRequest((0,), key, pos), LossRequest(no_result, key, pos, head),
-                              LossRequest(with_result, key, pos, head)))
+                shared = len(call) + 2  # BOS + call + arrow: common to both variants
+                cands.append((LossRequest((0,), key, pos), LossRequest(no_result, key, pos, shared),
+                              LossRequest(with_result, key, pos, shared)))
     return texts, cands[:n]
 
 
@@ -126,7 +126,6 @@ def bench_reference(model, texts, cands, device, limit_n: int) -> float:
 
 def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
     from toolformer.calls import STYLES
-    from toolformer.modeling import write_tiny_model  # noqa: F401  (tokenizer built in code below)
     from toolformer.sampler import Sampler
     from toolformer.textpos import tokenize_text
     from toolformer.tokenizer import train_tokenizer
@@ -136,7 +135,7 @@ def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
     if "_TOK" not in globals():
         from toolformer.modeling import tiny_tokenizer_texts
 
-        _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)
+        _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)  # the repository's data/
     tok = _TOK
     rng = random.Random(seed)
     words = ["the", "mill", "sold", "sacks", "of", "grain", "in", "spring", "and", "autumn", "with"]
@@ -192,7 +191,7 @@ def profile_filter(scorer, requests, texts, device) -> dict:
 
 def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     """The filter on the first ``n`` executed calls of a real run folder with no
-    sharing, shared rows, and shared rows + heads: seconds, tokens, kept."""
+    sharing, shared rows, and shared rows + shared call prefixes: seconds, tokens, kept."""
     import itertools
 
     from toolformer.config import PipelineConfig
@@ -211,8 +210,8 @@ def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     docs = read_documents(cfg.run_dir)
     out: dict[str, dict] = {}
     for _ in range(repeats):
-        for mode, rows, heads in (("none", False, False), ("rows", True, False), ("rows+heads", True, True)):
-            cfg.filter.share, cfg.filter.share_heads = rows, heads
+        for mode, rows, prefixes in (("none", False, False), ("rows", True, False), ("rows+prefixes", True, True)):
+            cfg.filter.share, cfg.filter.share_prefixes = rows, prefixes
             scorer = CandidateScorer(cfg, model, tok, docs)
             scored, secs = timed(lambda s=scorer: s.score(records), scorer.scorer.device)
             best = out.get(mode, {}).get("seconds", float("inf"))
@@ -237,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="tiny model, small N: under a minute on 2 cores")
     p.add_argument("--profile", action="store_true", help="also profile one filter pass (torch.profiler)")
     p.add_argument("--no-share", action="store_true", help="filter with one row per request (no shared rows)")
-    p.add_argument("--share-heads", action="store_true",
+    p.add_argument("--share-prefixes", action="store_true",
                    help="also share the key/value cache of the head common to e(c, ε) and e(c, r)")
     p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
                    "--candidates executed calls of this config's run folder (e.g. configs/demo.yaml after the demo)")
@@ -259,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     requests = [r for c in cands for r in c]
 
     scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens, share_rows=not a.no_share,
-                        share_heads=a.share_heads)
+                        share_prefixes=a.share_prefixes)
     scorer.losses(requests[:30], texts)  # warm-up
     scorer.tokens_scored = scorer.tokens_computed = scorer.rows_scored = 0
     _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
@@ -273,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     s_plain = bench_sample(model, device, a.sample_docs, False) if vocab >= 600 else None
     result = {
         "model": a.model, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-        "N": len(cands), "share_rows": not a.no_share, "share_heads": a.share_heads and not a.no_share,
+        "N": len(cands), "share_rows": not a.no_share, "share_prefixes": a.share_prefixes and not a.no_share,
         "filter_tokens": scorer.tokens_scored,
         "filter_padding": round(1 - scorer.tokens_scored / max(1, scorer.tokens_computed), 3),
         "filter_tokens_per_s": round(filter_tps), "filter_candidates_per_s": round(filter_cps, 1),

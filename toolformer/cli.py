@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tiny-model", help="write a tiny random causal LM and tokenizer (for tests)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data", default="data", help="folder with the texts its tokenizer learns from (default: data)")
 
     p = sub.add_parser("generate", help="generate text with tool calls from a tuned model")
     p.add_argument("--model", required=True, help="model folder")
@@ -143,7 +144,7 @@ def cmd_tiny_model(args) -> int:
         print(f"toolformer: error: --out {out} exists and is not an empty folder; writing the model would "
               "overwrite its files: choose a new or empty folder", file=sys.stderr)
         return 2
-    path = write_tiny_model(out, seed=args.seed)
+    path = write_tiny_model(out, seed=args.seed, data_dir=args.data)
     print(f"tiny-model: wrote {path}")
     return 0
 

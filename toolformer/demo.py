@@ -29,8 +29,7 @@ ROWS = ("base", "control", "toolformer_disabled", "toolformer")
 
 def world_config(cfg: PipelineConfig) -> PipelineConfig:
     """The pipeline config pointed at the generated world and the base model."""
-    from toolformer.world.generator import EVAL_SETS, world_paths
-    from toolformer.world.pretrain import base_model_dir
+    from toolformer.world.generator import EVAL_SETS, base_model_dir, world_paths
 
     cfg = copy.deepcopy(cfg)
     paths = world_paths(cfg)

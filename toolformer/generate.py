@@ -66,7 +66,7 @@ class Generation:
 
 
 @dataclass
-class _Row:
+class DecodeState:
     """Decoding state of one prompt."""
 
     date: str | None
@@ -95,10 +95,10 @@ class _Decoder:
         self.start_ids = marker_token_ids(tokenizer, style.start)
         self.eos_id = tokenizer.eos_token_id
 
-    def may_call(self, row: _Row) -> bool:
+    def may_call(self, row: DecodeState) -> bool:
         return not self.disabled and row.opened < self.max_calls and row.call_at is None
 
-    def choose(self, logits: torch.Tensor, rows: list[_Row], do_sample: bool, temperature: float) -> list[int]:
+    def choose(self, logits: torch.Tensor, rows: list[DecodeState], do_sample: bool, temperature: float) -> list[int]:
         """Pick the next token of every row from ``logits`` (B, V)."""
         logits = logits.float().clone()  # (B, V)
         start = torch.tensor(self.start_ids, device=logits.device)
@@ -122,7 +122,7 @@ class _Decoder:
                         picked[b] = hit
         return picked
 
-    def step(self, row: _Row, token: int) -> None:
+    def step(self, row: DecodeState, token: int) -> None:
         """Append the chosen ``token`` (or the next inserted one) to ``row``."""
         if row.forced:
             row.new_ids.append(row.forced.pop(0))
@@ -142,7 +142,7 @@ class _Decoder:
             row.forced = []
             row.done = True
 
-    def _advance_call(self, row: _Row) -> None:
+    def _advance_call(self, row: DecodeState) -> None:
         """Decide what the open call's text so far means."""
         s = self.style
         text = self.tok.decode(row.new_ids[row.call_at:], clean_up_tokenization_spaces=False).lstrip(" ")
@@ -166,7 +166,7 @@ class _Decoder:
                               "error": {"code": "unparseable", "message": f"cannot parse call {text!r}"}})
             self._insert(row, partial, None)
 
-    def _execute(self, row: _Row, tool: str, tool_input: str, partial: str) -> None:
+    def _execute(self, row: DecodeState, tool: str, tool_input: str, partial: str) -> None:
         if self.tools is not None and tool not in self.tools:
             result, error = None, {"code": "unknown_tool", "message": f"no tool named {tool!r}"}
         else:
@@ -175,7 +175,7 @@ class _Decoder:
         row.calls.append({"tool": tool, "input": tool_input, "result": result, "error": error})
         self._insert(row, partial, result)
 
-    def _insert(self, row: _Row, partial: str, result: str | None) -> None:
+    def _insert(self, row: DecodeState, partial: str, result: str | None) -> None:
         """Queue " result" + call-end (or just call-end) and close the call."""
         text = self.style.end if result is None else ("" if partial.endswith(" ") else " ") + result + self.style.end
         # Tokenize the insertion in context, as the training text was tokenized as a whole
@@ -208,7 +208,7 @@ def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, 
     ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=device)  # (B, T) left padded
     mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=device)  # (B, T)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): 0 at each prompt's first real token
-    rows = [_Row(date=d) for d in dates]
+    rows = [DecodeState(date=d) for d in dates]
     cache_arg = cache_kwarg(model)
     logits, past = _forward(model, ids, mask, positions, None, cache_arg)
     last_pos = positions[:, -1]  # (B,)

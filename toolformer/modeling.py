@@ -116,11 +116,15 @@ def bos_ids(tokenizer) -> list[int]:
     return [bos] if bos is not None else []
 
 
-def tiny_tokenizer_texts() -> list[str]:
-    """Texts the tiny tokenizer is trained on: the shipped corpus and the prompts."""
+def tiny_tokenizer_texts(data_dir: str | Path = "data") -> list[str]:
+    """Texts the tiny tokenizer is trained on: the tools' prompts and the
+    corpus and collections in ``data_dir`` (the repository's ``data/``)."""
     from toolformer.tools import REGISTRY
 
-    root = Path(__file__).resolve().parent.parent / "data"
+    root = Path(data_dir)
+    if not (root / "corpus.jsonl").is_file():
+        raise FileNotFoundError(f"{root}: no corpus.jsonl to train the tiny tokenizer on; run from the repository "
+                                f"root or pass the folder of the repository's data/ (tiny-model --data DIR)")
     texts = [t.prompt for t in REGISTRY.values()]
     for name in ("corpus.jsonl", "collection.jsonl", "knowledge.jsonl"):
         p = root / name
@@ -131,7 +135,7 @@ def tiny_tokenizer_texts() -> list[str]:
 
 
 def write_tiny_model(out: str | Path, seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 2,
-                     positions: int = 1024, vocab_size: int = 600) -> Path:
+                     positions: int = 1024, vocab_size: int = 600, data_dir: str | Path = "data") -> Path:
     """A randomly initialised GPT-2-shaped causal LM and a BPE tokenizer, both
     built in code (nothing downloaded), saved with ``save_pretrained``."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -139,7 +143,7 @@ def write_tiny_model(out: str | Path, seed: int = 0, hidden: int = 32, layers: i
     from toolformer.tokenizer import train_tokenizer
 
     out = Path(out)
-    tok = train_tokenizer(tiny_tokenizer_texts(), vocab_size=vocab_size)
+    tok = train_tokenizer(tiny_tokenizer_texts(data_dir), vocab_size=vocab_size)
     torch.manual_seed(seed)
     config = GPT2Config(
         vocab_size=len(tok), n_positions=positions, n_embd=hidden, n_layer=layers, n_head=heads,

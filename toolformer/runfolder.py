@@ -90,6 +90,18 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
             yield n, rec
 
 
+def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict]:
+    """Records of one JSONL file; a bad line or a record without a ``required``
+    key raises ValueError naming the file and line."""
+    out = []
+    for n, rec in iter_jsonl(path):
+        missing = [k for k in required if k not in rec]
+        if missing:
+            raise ValueError(f"{path}:{n}: missing key(s) {', '.join(map(repr, missing))}")
+        out.append(rec)
+    return out
+
+
 def dumps(record: dict) -> str:
     return json.dumps(record, ensure_ascii=False, sort_keys=False)
 
@@ -133,10 +145,8 @@ class Stage:
     def records(self) -> Iterator[dict]:
         """Every record of every complete shard, in order."""
         for shard in self.shards():
-            with shard.open(encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        yield json.loads(line)
+            for _, rec in iter_jsonl(shard):
+                yield rec
 
     def require(self, what: str = "") -> None:
         if not self.is_complete():
@@ -259,10 +269,4 @@ def read_documents(run_dir: str | Path) -> dict[str, dict]:
     path = Path(run_dir) / "sample" / DOCUMENTS
     if not path.exists():
         raise FileNotFoundError(f"{path}: no scored documents; run the sample stage first")
-    out: dict[str, dict] = {}
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                d = json.loads(line)
-                out[d["doc_id"]] = d
-    return out
+    return {d["doc_id"]: d for d in read_jsonl(path, ("doc_id",))}

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolformer.runfolder import DOCUMENTS, GOLD_CALLS, MANIFEST, iter_jsonl, read_documents
+from toolformer.runfolder import DOCUMENTS, GOLD_CALLS, MANIFEST, read_documents, read_jsonl
 
 CALL_STAGES = ("sample", "execute", "filter")
 LATER_STAGES = ("build", "finetune", "evaluate")
@@ -45,17 +45,6 @@ KEPT_CHOICES = ("yes", "no", "all")
 GOLD_TOLERANCE = 3
 GOLD_EXAMPLES = 20  # wrong kept calls listed per tool, largest L⁻ − L⁺ first
 NUMERIC_TOOLS = ("Calculator",)  # results compared as numbers ("561" == "561.0")
-
-
-def read_jsonl(path: Path, required: tuple[str, ...] = ()) -> list[dict]:
-    """Records of one JSONL file; a bad line raises naming the file and line."""
-    out = []
-    for n, rec in iter_jsonl(path):
-        missing = [k for k in required if k not in rec]
-        if missing:
-            raise ValueError(f"{path}:{n}: missing key {missing[0]!r}")
-        out.append(rec)
-    return out
 
 
 @dataclass

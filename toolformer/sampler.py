@@ -1,6 +1,6 @@
 """The paper's sampler: score positions with P(x), then sample calls.
 
-For one tool with few-shot prompt P(x) = head + x + tail (head and tail are the
+For one tool with few-shot prompt P(x) = preamble + x + tail (preamble and tail are the
 prompt's text before and after ``{text}``):
 
 * position scoring: p_i = p_M(call-start | P(x), x_1..x_{i−1}) for every i,
@@ -8,7 +8,7 @@ prompt's text before and after ``{text}``):
 * call sampling: from [P(x), x_1..x_{i−1}, call-start] sample up to m
   continuations that stop at the call-end marker.
 
-The head is identical for every document, so its key/value cache is computed
+The preamble is identical for every document, so its key/value cache is computed
 once per tool and expanded across each batch. Rows are left-padded (positions
 given explicitly) so the logits needed are always the last ones.
 """
@@ -27,13 +27,13 @@ from toolformer.textpos import TokenizedText, marker_token_ids
 
 @dataclass
 class PromptParts:
-    head_ids: list[int]  # [BOS] + tokens(prompt before {text})
+    preamble_ids: list[int]  # [BOS] + tokens(prompt before {text})
     tail: str  # prompt after {text}, e.g. "\nOutput:"
 
 
 def prompt_parts(tokenizer, prompt: str, bos: list[int]) -> PromptParts:
-    head, _, tail = prompt.partition("{text}")
-    return PromptParts(bos + tokenizer(head, add_special_tokens=False)["input_ids"], tail)
+    preamble, _, tail = prompt.partition("{text}")
+    return PromptParts(bos + tokenizer(preamble, add_special_tokens=False)["input_ids"], tail)
 
 
 class PrefixCache:
@@ -101,18 +101,18 @@ class Sampler:
         self.model, self.tok, self.style = model, tokenizer, style
         self.device = next(model.parameters()).device
         self.parts = prompt_parts(tokenizer, prompt, bos)
-        self.prefix = PrefixCache(model, self.parts.head_ids) if reuse_cache else None
+        self.prefix = PrefixCache(model, self.parts.preamble_ids) if reuse_cache else None
         self.start_ids = marker_token_ids(tokenizer, style.start)
         self.end_ids = set(i for i in range(len(tokenizer)) if style.end in tokenizer.decode([i]))
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def _rows(self, docs: list[tuple[str, TokenizedText]]) -> list[tuple[list[int], int]]:
-        """(row ids after the head, index where x_1 starts) for each document."""
+        """(row ids after the preamble, index where x_1 starts) for each document."""
         rows = []
         for text, tt in docs:
             copy_ids = self.tok(text + self.parts.tail, add_special_tokens=False)["input_ids"]
-            head = [] if self.prefix else self.parts.head_ids
-            rows.append((head + copy_ids + tt.ids, len(head) + len(copy_ids)))
+            preamble = [] if self.prefix else self.parts.preamble_ids
+            rows.append((preamble + copy_ids + tt.ids, len(preamble) + len(copy_ids)))
         return rows
 
     @torch.no_grad()
@@ -170,7 +170,7 @@ class Sampler:
         return self.start_ids[0]
 
     def _start_batch(self, batch: int):
-        """(cache, past mask, offset) for a batch starting right after the head."""
+        """(cache, past mask, offset) for a batch starting right after the preamble."""
         if self.prefix is None:
             return None, torch.zeros((batch, 0), dtype=torch.long, device=self.device), \
                 torch.zeros(batch, dtype=torch.long, device=self.device)

@@ -14,9 +14,9 @@ What is shared:
   document, or one call proposed at several positions) share one row cut after
   the last weighted token of the furthest position: the model is causal, so
   the losses at the earlier positions are the same as in their own rows;
-* requests that declare a shared head (``shared``: the first tokens of the
+* requests that declare a shared prefix (``shared``: the first tokens of the
   prefix, e.g. BOS + ``[Calculator(3 + 4) →`` common to e(c, ε) and e(c, r))
-  run the head once and continue each row from its key/value cache;
+  run that shared prefix once and continue each row from its key/value cache;
 * rows are grouped by length, batched by a token budget and left-padded; the
   vocabulary projection runs only on the positions that predict weighted
   tokens (the model body's last hidden states are gathered first), so no
@@ -35,7 +35,7 @@ from toolformer.losses import loss_weights
 from toolformer.modeling import cache_kwarg, output_cache
 from toolformer.sampler import _left_pad, batches_by_budget
 
-MIN_SHARED = 4  # shorter common heads are not worth a second forward
+MIN_SHARED = 4  # shorter shared prefixes are not worth a second forward
 
 
 @dataclass(frozen=True)
@@ -60,35 +60,35 @@ def build_row(prefix: tuple[int, ...], text_ids: list[int], position: int, horiz
 
 
 @dataclass
-class Row:
+class ScoringSequence:
     ids: list[int]
     targets: list[tuple[int, int, int]]  # (request index, row index of its first weighted token, h)
-    shared: int = 0  # leading tokens that may come from a head's cache (< len(prefix): no target is predicted there)
+    shared: int = 0  # leading tokens that may come from a shared prefix's cache (< len(prefix): no target there)
 
 
-def body_and_head(model):
-    """(body, head) such that ``head(body(...).last_hidden_state)`` are the
+def body_and_lm_head(model):
+    """(body, lm_head) such that ``lm_head(body(...).last_hidden_state)`` are the
     model's logits, or None when the model does not split that way (checked
     on a few tokens, so a model with extra logit scaling is not mis-scored)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    lm_head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     body = getattr(model, "base_model", None)
-    if head is None or body is None or body is model:
+    if lm_head is None or body is None or body is model:
         return None
     device = next(model.parameters()).device
     ids = torch.arange(3, 11, device=device).clamp(max=model.config.vocab_size - 1)[None]
     with torch.no_grad():
         want = model(input_ids=ids, use_cache=False).logits.float()
-        got = head(body(input_ids=ids, use_cache=False).last_hidden_state).float()
+        got = lm_head(body(input_ids=ids, use_cache=False).last_hidden_state).float()
     if got.shape != want.shape or not torch.allclose(got, want, rtol=1e-3, atol=1e-3 * float(want.abs().max())):
         return None
-    return body, head
+    return body, lm_head
 
 
 class LossScorer:
     """Computes L_i(z) for many requests on one model."""
 
     def __init__(self, model, pad_id: int, window: int, horizon: int = 5, batch_tokens: int = 16384,
-                 share_rows: bool = True, share_heads: bool = True):
+                 share_rows: bool = True, share_prefixes: bool = True):
         self.model = model
         self.device = next(model.parameters()).device
         self.pad_id = pad_id
@@ -97,15 +97,15 @@ class LossScorer:
         self.batch_tokens = batch_tokens
         self.weights = loss_weights(horizon)
         self.keep_arg = "logits_to_keep" in inspect.signature(model.forward).parameters
-        # Sharing a row across positions needs logits at any position of it: through the body and head.
-        self.split = body_and_head(model) if share_rows else None
-        self.share_heads = share_heads and self.split is not None
+        # Sharing a row across positions needs logits at any position of it: through the body and the LM head.
+        self.split = body_and_lm_head(model) if share_rows else None
+        self.share_prefixes = share_prefixes and self.split is not None
         self.tokens_scored = 0  # real (unpadded) tokens sent through the model
         self.tokens_computed = 0  # the same with padding
         self.rows_scored = 0
         self.forwards = 0
 
-    def rows(self, unique: list[LossRequest], texts: dict[str, list[int]]) -> list[Row]:
+    def rows(self, unique: list[LossRequest], texts: dict[str, list[int]]) -> list[ScoringSequence]:
         groups: dict[tuple, list[int]] = defaultdict(list)
         for k, r in enumerate(unique):
             groups[(r.prefix, r.text_key)].append(k)
@@ -114,23 +114,23 @@ class LossScorer:
             text = texts[key]
             single = [build_row(prefix, text, unique[k].position, self.horizon, self.window) for k in ks]
             end = max(unique[k].position + h for k, (_, h) in zip(ks, single))
-            shared = min(max(unique[k].shared for k in ks), len(prefix) - 1) if self.share_heads else 0
+            shared = min(max(unique[k].shared for k in ks), len(prefix) - 1) if self.share_prefixes else 0
             if self.split is not None and len(ks) > 1 and len(prefix) + end <= self.window:
-                rows.append(Row(list(prefix) + text[:end],
+                rows.append(ScoringSequence(list(prefix) + text[:end],
                                 [(k, len(prefix) + unique[k].position, h) for k, (_, h) in zip(ks, single)], shared))
             else:
-                rows += [Row(row, [(k, len(row) - h, h)], shared) for k, (row, h) in zip(ks, single)]
+                rows += [ScoringSequence(row, [(k, len(row) - h, h)], shared) for k, (row, h) in zip(ks, single)]
         return rows
 
-    def plan(self, rows: list[Row]) -> tuple[list[list[int]], list[tuple[list[int], list[list[int]]]]]:
-        """Batches of plain rows, and batches of (heads, rows continuing each
-        head): rows whose first ``shared`` tokens are the same as another's."""
-        heads: dict[tuple[int, ...], list[int]] = defaultdict(list)
+    def plan(self, rows: list[ScoringSequence]) -> tuple[list[list[int]], list[tuple[list[int], list[list[int]]]]]:
+        """Batches of plain rows, and batches of (shared prefixes, rows continuing
+        each): rows whose first ``shared`` tokens are the same as another's."""
+        prefixes: dict[tuple[int, ...], list[int]] = defaultdict(list)
         for g, row in enumerate(rows):
             if row.shared >= MIN_SHARED:
-                heads[tuple(row.ids[: row.shared])].append(g)
+                prefixes[tuple(row.ids[: row.shared])].append(g)
         shared_groups = []
-        for gs in heads.values():  # a group larger than the budget is split; each part runs its head
+        for gs in prefixes.values():  # a group larger than the budget is split; each part runs its prefix
             per_batch = max(2, self.batch_tokens // max(len(rows[g].ids) for g in gs))
             parts = [gs[k : k + per_batch] for k in range(0, len(gs), per_batch)]
             shared_groups += [part for part in parts if len(part) > 1]
@@ -138,25 +138,25 @@ class LossScorer:
         plain = [g for g in range(len(rows)) if g not in in_shared]
         plain_batches = [[plain[k] for k in b] for b in batches_by_budget([len(rows[g].ids) for g in plain],
                                                                           self.batch_tokens)]
-        # A batch holds whole head groups within the budget, each counted as its rows at its longest row.
-        head_batches = [[shared_groups[k] for k in b] for b in batches_by_budget(
+        # A batch holds whole prefix groups within the budget, each counted as its rows at its longest row.
+        prefix_batches = [[shared_groups[k] for k in b] for b in batches_by_budget(
             [max(len(rows[g].ids) for g in gs) for gs in shared_groups], self.batch_tokens,
             [len(gs) for gs in shared_groups])]
-        return plain_batches, [([gs[0] for gs in b], b) for b in head_batches]
+        return plain_batches, [([gs[0] for gs in b], b) for b in prefix_batches]
 
     @torch.no_grad()
     def losses(self, requests: list[LossRequest], texts: dict[str, list[int]]) -> dict[LossRequest, float]:
         unique = list(dict.fromkeys(requests))
         rows = self.rows(unique, texts)
         loss = torch.zeros(len(unique), dtype=torch.float64)
-        plain_batches, head_batches = self.plan(rows)
+        plain_batches, prefix_batches = self.plan(rows)
         for group in plain_batches:
             self._score(rows, group, loss)
-        for heads, groups in head_batches:
-            self._score_shared(rows, heads, groups, loss)
+        for prefixes, groups in prefix_batches:
+            self._score_shared(rows, prefixes, groups, loss)
         return {r: float(loss[k]) for k, r in enumerate(unique)}
 
-    def _targets(self, rows: list[Row], group: list[int], skip: list[int], pads: list[int]):
+    def _targets(self, rows: list[ScoringSequence], group: list[int], skip: list[int], pads: list[int]):
         """Flat lists of (row in batch, index of the position predicting it, target token, weight, request)."""
         b_idx, t_idx, target, weight, owner = [], [], [], [], []
         for b, g in enumerate(group):
@@ -177,7 +177,7 @@ class LossScorer:
         loss.index_add_(0, torch.tensor(owner), -torch.tensor(weight, dtype=torch.float64) * tlogp)
         self.forwards += 1
 
-    def _score(self, rows: list[Row], group: list[int], loss: torch.Tensor) -> None:
+    def _score(self, rows: list[ScoringSequence], group: list[int], loss: torch.Tensor) -> None:
         seqs = [rows[g].ids for g in group]
         ids, mask = _left_pad(seqs, self.pad_id, self.device)
         pads = [ids.shape[1] - len(x) for x in seqs]
@@ -189,10 +189,10 @@ class LossScorer:
         b_idx, t_idx = torch.tensor(b_idx, device=self.device), torch.tensor(t_idx)
         width = ids.shape[1]
         if self.split is not None:
-            body, head = self.split
+            body, lm_head = self.split
             hidden = body(input_ids=ids, attention_mask=mask, position_ids=position_ids,
                           use_cache=False).last_hidden_state
-            logits = head(hidden[b_idx, t_idx.to(self.device)])
+            logits = lm_head(hidden[b_idx, t_idx.to(self.device)])
         else:  # every row ends with its targets: the last horizon + 1 positions hold them
             keep = self.horizon + 1 if self.keep_arg else width
             kwargs = {"logits_to_keep": keep} if self.keep_arg else {}
@@ -201,29 +201,30 @@ class LossScorer:
             logits = out[b_idx, (t_idx - (width - keep)).to(self.device)]
         self._accumulate(logits, target, weight, owner, loss)
 
-    def _score_shared(self, rows: list[Row], heads: list[int], groups: list[list[int]], loss: torch.Tensor) -> None:
-        """Run each head once (use_cache), then every row's rest after its head's cache."""
-        body, head = self.split
-        head_seqs = [rows[g].ids[: rows[g].shared] for g in heads]
-        h_ids, h_mask = _left_pad(head_seqs, self.pad_id, self.device)
+    def _score_shared(self, rows: list[ScoringSequence], prefixes: list[int], groups: list[list[int]],
+                      loss: torch.Tensor) -> None:
+        """Run each shared prefix once (use_cache), then every row's rest after its prefix's cache."""
+        body, lm_head = self.split
+        prefix_seqs = [rows[g].ids[: rows[g].shared] for g in prefixes]
+        h_ids, h_mask = _left_pad(prefix_seqs, self.pad_id, self.device)
         out = body(input_ids=h_ids, attention_mask=h_mask, position_ids=(h_mask.cumsum(-1) - 1).clamp(min=0),
                    use_cache=True)
         cache = output_cache(out)
         members = [g for gs in groups for g in gs]
         which = torch.tensor([h for h, gs in enumerate(groups) for _ in gs], device=self.device)
-        cache.batch_select_indices(which)  # one copy of its head's keys/values per row
+        cache.batch_select_indices(which)  # one copy of its prefix's keys/values per row
         tails = [rows[g].ids[rows[g].shared :] for g in members]
         t_ids, t_mask = _left_pad(tails, self.pad_id, self.device)
-        offset = torch.tensor([len(head_seqs[h]) for h, gs in enumerate(groups) for _ in gs], device=self.device)
+        offset = torch.tensor([len(prefix_seqs[h]) for h, gs in enumerate(groups) for _ in gs], device=self.device)
         position_ids = offset[:, None] + (t_mask.cumsum(-1) - 1).clamp(min=0)
         attention_mask = torch.cat([h_mask[which], t_mask], dim=1)
         hidden = body(input_ids=t_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True,
                       **{cache_kwarg(body): cache}).last_hidden_state
-        self.tokens_scored += sum(map(len, head_seqs)) + sum(map(len, tails))
+        self.tokens_scored += sum(map(len, prefix_seqs)) + sum(map(len, tails))
         self.tokens_computed += h_ids.numel() + t_ids.numel()
         self.rows_scored += len(members)
         pads = [t_ids.shape[1] - len(t) for t in tails]
         b_idx, t_idx, target, weight, owner = self._targets(rows, members, [rows[g].shared for g in members], pads)
-        logits = head(hidden[torch.tensor(b_idx, device=self.device), torch.tensor(t_idx, device=self.device)])
+        logits = lm_head(hidden[torch.tensor(b_idx, device=self.device), torch.tensor(t_idx, device=self.device)])
         self._accumulate(logits, target, weight, owner, loss)
 

@@ -50,7 +50,7 @@ PPL_TOKENS = 16384  # token budget of one perplexity forward
 
 
 @dataclass
-class Row:
+class EvalVariant:
     name: str
     path: str
     tools: bool
@@ -61,15 +61,15 @@ def tuned_model_path(cfg: PipelineConfig) -> str:
     return cfg.finetune.output_dir or str(Path(cfg.run_dir) / "model")
 
 
-def plan_rows(cfg: PipelineConfig) -> tuple[list[Row], dict[str, str]]:
+def plan_rows(cfg: PipelineConfig) -> tuple[list[EvalVariant], dict[str, str]]:
     """The rows to run and the rows skipped (name -> reason). A missing model
     folder is an error, except the tuned rows when ``require_tuned`` is false."""
     ev = cfg.evaluate
     tuned = tuned_model_path(cfg)
-    builtin = {"base": Row("base", cfg.model.path, False),
-               "toolformer_disabled": Row("toolformer_disabled", tuned, False, True),
-               "toolformer": Row("toolformer", tuned, True, True)}
-    rows = [builtin[r] for r in ev.rows] + [Row(m.name, m.path, m.tools) for m in ev.extra_models]
+    builtin = {"base": EvalVariant("base", cfg.model.path, False),
+               "toolformer_disabled": EvalVariant("toolformer_disabled", tuned, False, True),
+               "toolformer": EvalVariant("toolformer", tuned, True, True)}
+    rows = [builtin[r] for r in ev.rows] + [EvalVariant(m.name, m.path, m.tools) for m in ev.extra_models]
     kept, skipped = [], {}
     for row in rows:
         if not row.path:
@@ -143,7 +143,7 @@ def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexit
     return math.exp(nll / count), count
 
 
-def evaluate_task(model, tok, row: Row, tc: TaskConfig, fmt: str, data: TaskData, sandbox, cfg) -> list[dict]:
+def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: TaskData, sandbox, cfg) -> list[dict]:
     """Generate for every item of a task (batched, similar lengths together) and score it."""
     ev, style = cfg.evaluate, get_style(cfg.calls.style)
     items = data.items

@@ -40,7 +40,7 @@ class CandidateScorer:
         self.bos = tuple(bos_ids(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
                                  cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share,
-                                 share_heads=cfg.filter.share_heads)
+                                 share_prefixes=cfg.filter.share_prefixes)
         self._texts: dict[str, list[int]] = {}
 
     def text_ids(self, doc_id: str) -> list[int]:
@@ -64,10 +64,10 @@ class CandidateScorer:
             no_result = self.style.render(r["tool"], r["input"], "")
             p_no, p_with = self.prefix(no_result), self.prefix(with_result)
             # BOS + the call up to its result: the tokens both variants start with
-            head = len(os.path.commonprefix([p_no, p_with])) if self.cfg.filter.share_heads else 0
+            shared = len(os.path.commonprefix([p_no, p_with])) if self.cfg.filter.share_prefixes else 0
             doc, pos = r["doc_id"], r["position"]
-            reqs = (LossRequest(self.bos, doc, pos), LossRequest(p_no, doc, pos, head),
-                    LossRequest(p_with, doc, pos, head))
+            reqs = (LossRequest(self.bos, doc, pos), LossRequest(p_no, doc, pos, shared),
+                    LossRequest(p_with, doc, pos, shared))
             requests += reqs
             plan.append((reqs, with_result, no_result))
         texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}

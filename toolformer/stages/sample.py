@@ -60,16 +60,16 @@ def _seed(cfg: PipelineConfig, *parts) -> int:
 
 
 def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: bool) -> int:
-    """Longest document piece: room for the longest prompt head, a copy of the text
+    """Longest document piece: room for the longest prompt preamble, a copy of the text
     and a sampled call when the sampler runs; room for a call prefix otherwise."""
     if cfg.corpus.window_tokens:
         return cfg.corpus.window_tokens
     if not uses_sampler:
         return max(16, window - 32)  # room for a call as the filter's prefix
-    head = max(len(tokenizer(REGISTRY[t].prompt, add_special_tokens=False)["input_ids"]) for t in cfg.tools.enabled)
-    room = (window - head - cfg.sample.max_new_tokens - 8) // 2
+    prompt = max(len(tokenizer(REGISTRY[t].prompt, add_special_tokens=False)["input_ids"]) for t in cfg.tools.enabled)
+    room = (window - prompt - cfg.sample.max_new_tokens - 8) // 2
     if room < 16:
-        raise ValueError(f"model window of {window} tokens is too small for the few-shot prompts ({head} tokens)")
+        raise ValueError(f"model window of {window} tokens is too small for the few-shot prompts ({prompt} tokens)")
     return room
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from toolformer.tools.base import Tool, ToolError
-from toolformer.tools.wikisearch import BM25Index, _stamp, read_jsonl, tokenize_words
+from toolformer.tools.wikisearch import BM25Index, _stamp, read_collection, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
 # fact's sentence and say nothing of the relation asked for. Question words
@@ -58,7 +58,7 @@ class QA(Tool):
 
     def _load(self) -> None:
         if self._index is None:
-            self._facts = read_jsonl(self.path, ("subject", "relation", "object"))
+            self._facts = read_collection(self.path, ("subject", "relation", "object"))
             texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
             cache = self.path.with_name(self.path.name + ".bm25")
             self._index = BM25Index(texts, cache, _stamp(self.path))

@@ -14,20 +14,14 @@ def tokenize_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-def read_jsonl(path: str | Path, required: tuple[str, ...]) -> list[dict]:
-    """Read a JSONL file; a bad line raises ValueError naming file and line."""
+def read_collection(path: str | Path, required: tuple[str, ...]) -> list[dict]:
+    """A tool's JSONL collection; a missing file is the tool's error, a bad line a ValueError."""
     path = Path(path)
     if not path.exists():
         raise ToolError("missing_data", f"{path}: file not found")
-    from toolformer.runfolder import iter_jsonl
+    from toolformer.runfolder import read_jsonl
 
-    rows = []
-    for n, row in iter_jsonl(path):
-        missing = [k for k in required if k not in row]
-        if missing:
-            raise ValueError(f"{path}:{n}: missing field(s) {', '.join(missing)}")
-        rows.append(row)
-    return rows
+    return read_jsonl(path, required)
 
 
 class BM25Index:
@@ -97,7 +91,7 @@ class WikiSearch(Tool):
 
     def _load(self) -> None:
         if self._index is None:
-            self._docs = read_jsonl(self.path, ("title", "text"))
+            self._docs = read_collection(self.path, ("title", "text"))
             cache = self.path.with_name(self.path.name + ".bm25")
             self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache, _stamp(self.path))
 

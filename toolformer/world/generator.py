@@ -63,6 +63,11 @@ def world_dir(cfg: PipelineConfig) -> Path:
     return Path(cfg.world.output_dir or Path(cfg.run_dir) / "world")
 
 
+def base_model_dir(cfg: PipelineConfig) -> Path:
+    """Where ``toolformer pretrain`` puts the world's base model and its tokenizer."""
+    return Path(cfg.pretrain.output_dir or Path(cfg.run_dir) / "base-model")
+
+
 def world_paths(cfg: PipelineConfig) -> dict[str, Path]:
     """Where each file of the world goes (see the module docstring)."""
     root = world_dir(cfg)

@@ -41,8 +41,9 @@ from toolformer.calls import get_style, insert_calls
 from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash, dump_yaml
 from toolformer.modeling import set_threads
-from toolformer.runfolder import atomic_write_text, iter_jsonl, versions
-from toolformer.world.generator import ensure_world, world_paths
+from toolformer.runfolder import atomic_write_text, read_jsonl, versions
+from toolformer.world.generator import base_model_dir, ensure_world, world_paths
+from toolformer.world.probe import call_items, call_probe, copy_probe, probe_items, run_probe
 
 MANIFEST = "pretrain.json"
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
@@ -50,22 +51,14 @@ WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose 
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
 
-def base_model_dir(cfg: PipelineConfig) -> Path:
-    return Path(cfg.pretrain.output_dir or Path(cfg.run_dir) / "base-model")
-
-
-def read_texts(path: Path) -> list[dict]:
-    return [rec for _n, rec in iter_jsonl(path)]
-
-
 def tokenizer_texts(paths: dict[str, Path]) -> list[str]:
     """What the tokenizer learns from: pre-training and annotation texts, the
     annotation texts with their gold calls inline, the tool names."""
     style = get_style("plain")
-    corpus = read_texts(paths["corpus"])
+    corpus = read_jsonl(paths["corpus"], ("text",))
     inline = [insert_calls(d["text"], [(g["char_start"], style.render(g["tool"], g["input"], g["result"]))
                                        for g in d["gold_calls"]]) for d in corpus]
-    return [*(d["text"] for d in read_texts(paths["pretrain"])), *(d["text"] for d in corpus), *inline,
+    return [*(d["text"] for d in read_jsonl(paths["pretrain"], ("text",))), *(d["text"] for d in corpus), *inline,
             *[f"[{name}(" for name in WORLD_TOOLS] * 1000]  # weighted, so each name becomes one token
 
 
@@ -120,7 +113,6 @@ def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int):
     steps, to see when copying appears (suddenly, after a plateau: docs/design.md)."""
     from tqdm import tqdm
 
-    from toolformer.world.probe import call_items, call_probe, copy_probe, probe_items
 
     if not pc.probe_items:
         return None
@@ -219,7 +211,6 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     from toolformer.stages import seed_everything
     from toolformer.tokenizer import train_tokenizer
     from toolformer.training import IGNORE_INDEX, TrainArgs, train_causal_lm
-    from toolformer.world.probe import run_probe
 
     ensure_world(cfg)
     paths = world_paths(cfg)
@@ -228,7 +219,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     tokenizer = train_tokenizer(tokenizer_texts(paths), vocab_size=pc.vocab_size)
     check_tokenizer(tokenizer)
 
-    docs = [d["text"] for d in read_texts(paths["pretrain"])]
+    docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
     n_dev = min(pc.dev_docs, len(docs) // 10)
     train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
     dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None

@@ -41,10 +41,11 @@ from pathlib import Path
 import torch
 
 from toolformer.calls import get_style
-from toolformer.modeling import bos_ids
-from toolformer.runfolder import iter_jsonl
+from toolformer.modeling import bos_ids, set_threads
+from toolformer.runfolder import read_jsonl
 from toolformer.scoring import LossRequest, LossScorer
 from toolformer.textpos import tokenize_text
+from toolformer.world.generator import base_model_dir, world_paths
 
 MATH_PROMPT = "{question} The answer is"
 """Suggested evaluation prompt for word problems; ``{question}`` = Body + " " + Question."""
@@ -69,7 +70,7 @@ def _wrong_result(rng: random.Random, tool: str, result: str, others: list[str])
 def probe_items(corpus_path: str | Path, tool: str, limit: int, seed: int = 0) -> list[dict]:
     """Up to ``limit`` gold calls of ``tool`` from the annotation corpus, each with
     its document text and a wrong result."""
-    rows = [rec for _n, rec in iter_jsonl(corpus_path)]
+    rows = read_jsonl(corpus_path)
     rng = random.Random(seed)
     items = []
     for row in rows:
@@ -193,7 +194,7 @@ def call_items(paths: dict, limit: int, seed: int = 0) -> dict[str, list[dict]]:
             items.append({"prompt": MATH_PROMPT.format(question=_problem(p)), "tool": "Calculator",
                           "argument": f"{a} {op} {b}", "wrong": rng.choice(wrong), "answer": str(p["Answer"])})
         out[f"math_{name}"] = items
-        qs = [rec for _n, rec in iter_jsonl(paths[f"eval_qa_{name}"])]
+        qs = read_jsonl(paths[f"eval_qa_{name}"])
         by_kind: dict[str, list[str]] = {}
         for q in qs:  # other entities of each relation, from the whole file
             by_kind.setdefault(q["relation"], []).append(q["subject"])
@@ -300,13 +301,7 @@ def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", 
 def cli_probe(cfg, model: str | None = None, as_json: bool = False) -> int:
     """``toolformer probe``: the copy probes, the call probe and the math
     accuracy of a model folder (by default the config's base model)."""
-    import json
-
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from toolformer.modeling import set_threads
-    from toolformer.world.generator import world_paths
-    from toolformer.world.pretrain import base_model_dir
 
     set_threads(cfg.pretrain.threads)
     path = model or str(base_model_dir(cfg))
