@@ -1,5 +1,6 @@
 """sample → execute → filter on the shipped data with the tiny model."""
 
+import json
 import shutil
 
 import pytest
@@ -9,14 +10,28 @@ from toolformer.config import PipelineConfig
 from toolformer.configuration import load_config
 from toolformer.losses import is_kept
 from toolformer.pipeline import run_pipeline
+from toolformer.records import STAGE_RECORDS, fields
 from toolformer.runfolder import Stage
+from toolformer.stages import run_stage
 
 # The whole module annotates the shipped corpus end to end (sample, execute, filter).
 pytestmark = pytest.mark.slow
 
-FILTER_FIELDS = {"doc_id", "tool", "input", "position", "char_start", "result", "error", "call_text",
-                 "call_text_no_result", "loss_none", "loss_no_result", "loss_with_result", "loss_minus",
-                 "loss_plus", "tau_filter", "kept"}
+
+
+def conforms(record: dict, record_type: type) -> bool:
+    """The record has exactly the declared fields, each of a declared type."""
+    import typing
+
+    declared = fields(record_type)
+    if set(record) != set(declared):
+        return False
+    for name, (tp, _) in declared.items():
+        allowed = tuple(typing.get_origin(a) or a for a in (typing.get_args(tp) or (tp,)))
+        allowed += (int,) if float in allowed else ()  # JSON writes 1.0 as 1
+        if not isinstance(record[name], allowed):
+            return False
+    return True
 
 
 def tiny_cfg(repo_root, model_dir, run_dir, *extra):
@@ -45,8 +60,10 @@ def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
     recs = shard_records(run_dir, "filter")
     assert len(recs) > 50
     assert {r["tool"] for r in recs} >= {"Calculator", "QA"}
+    for stage, record_type in STAGE_RECORDS.items():
+        bad = [r for r in shard_records(run_dir, stage) if not conforms(r, record_type)]
+        assert not bad, (stage, bad[:2])
     for r in recs:
-        assert set(r) >= FILTER_FIELDS
         if r["loss_plus"] is None:
             assert r["error"] is not None and r["kept"] is False
         else:
@@ -67,6 +84,11 @@ def test_rerun_skips_and_redone_filter_is_identical(annotated, capsys):
     out = capsys.readouterr().out
     assert out.count("already complete") == 3
     assert {s: (run_dir / s / "manifest.json").read_text() for s in before} == before
+    for name in before:  # the stage contract: a StageResult with the manifest on disk
+        result = run_stage(name, cfg)
+        assert (result.name, result.skipped) == (name, True)
+        assert result.manifest == json.loads(before[name])
+    capsys.readouterr()
     (run_dir / "filter" / "manifest.json").unlink()
     run_pipeline(cfg)
     out = capsys.readouterr().out

@@ -62,7 +62,7 @@ RECORDS = [
 
 def test_inserts_several_calls_and_picks_best_competitor(tmp_path, capsys):
     cfg = make_run(tmp_path, RECORDS)
-    manifest = run_stage(cfg)
+    manifest = run_stage(cfg).manifest
     ds = load(cfg)
     rows = {r["doc_id"]: r for r in ds}
     assert set(rows) == {"d1", "d2", "d6"} and all(r["augmented"] for r in rows.values())
@@ -84,12 +84,13 @@ def test_inserts_several_calls_and_picks_best_competitor(tmp_path, capsys):
     lines = (tmp_path / "run/build/augmented.jsonl").read_text().splitlines()
     assert [json.loads(x)["doc_id"] for x in lines] == ["d1", "d2", "d6"]
     # Completed: a rerun with the same config is skipped; the manifest came last.
-    assert run_stage(cfg)["finished"] == manifest["finished"]
+    again = run_stage(cfg)
+    assert again.skipped and again.manifest["finished"] == manifest["finished"]
 
 
 def test_cap_per_tool_keeps_highest_margins(tmp_path):
     cfg = make_run(tmp_path, RECORDS, max_per_tool=1)
-    manifest = run_stage(cfg)
+    manifest = run_stage(cfg).manifest
     rows = {r["doc_id"]: r for r in load(cfg)}
     # Calculator winners: d1 (margin 1.8) and d6 (0.7); only d1 survives.
     assert "d6" not in rows
@@ -124,7 +125,7 @@ def test_plain_mix_may_draw_from_plain_path(tmp_path):
     extra = tmp_path / "pretraining.jsonl"
     write_jsonl(extra, ({"text": f"Old text number {n}."} for n in range(20)))
     cfg = make_run(tmp_path / "a", [RECORDS[3]], plain_ratio=6.0, plain_path=str(extra))
-    m = run_stage(cfg)
+    m = run_stage(cfg).manifest
     ds = load(cfg)
     assert m["counts"]["augmented"] == 1 and m["counts"]["plain"] == 6 and len(ds) == 7
     from_extra = [r for r in ds if r["doc_id"].startswith("plain:")]
@@ -140,7 +141,7 @@ def test_plain_mix_may_draw_from_plain_path(tmp_path):
 def test_bad_records(tmp_path):
     bad = dict(RECORDS[0], doc_id="nope")
     cfg = make_run(tmp_path / "a", [bad, RECORDS[3]])
-    m = run_stage(cfg)
+    m = run_stage(cfg).manifest
     assert m["counts"]["rejected"] == 1 and m["counts"]["augmented"] == 1
     assert "doc_id not in" in (tmp_path / "a/run/build/rejected.jsonl").read_text()
 
@@ -156,3 +157,14 @@ def test_requires_filter_stage(tmp_path):
     write_documents(cfg.run_dir, DOCS)
     with pytest.raises(FileNotFoundError, match="filter"):
         run_stage(cfg)
+
+
+def test_readme_and_design_field_tables_are_the_declared_records(repo_root):
+    from toolformer.records import markdown_table
+
+    table = markdown_table()
+    for doc in ("README.md", "docs/design.md"):
+        text = (repo_root / doc).read_text(encoding="utf-8")
+        inside = text.split("<!-- records:begin -->\n", 1)[1].split("<!-- records:end -->", 1)[0]
+        assert inside == table, f"{doc}: the field table differs from toolformer/records.py; paste " \
+                                f"`python -m toolformer.records` between the records markers"

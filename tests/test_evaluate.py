@@ -48,7 +48,7 @@ def make_cfg(root: Path, **evaluate) -> PipelineConfig:
 def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     # top_k_trigger = whole vocabulary: the tool row calls at the first step of every item.
     cfg = make_cfg(run_dir, top_k_trigger=600)
-    summary = ev_stage.run_stage(cfg)
+    summary = ev_stage.run_stage(cfg).output
     out = run_dir / "run" / "eval"
     res = json.loads((out / "results.json").read_text())
     assert res == json.loads(json.dumps(summary))
@@ -99,12 +99,13 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     last = printed.strip().splitlines()[-1]
     assert last.startswith("evaluate: 4 row(s) × 3 task(s), 7 items per row; correct: base ")
 
-    assert ev_stage.run_stage(cfg) is None  # complete: skipped
+    again = ev_stage.run_stage(cfg)
+    assert again.skipped and again.output is None  # complete: skipped
     assert "already complete" in capsys.readouterr().out
     # The tuned model rewritten in place (a new fine-tune): evaluated again.
     weights = next((run_dir / "run" / "model").glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes())
-    assert ev_stage.run_stage(cfg) is not None
+    assert not ev_stage.run_stage(cfg).skipped
     assert "already complete" not in capsys.readouterr().out
 
 
@@ -114,7 +115,7 @@ def test_missing_models(run_dir, capsys):
         ev_stage.run_stage(make_cfg(run_dir))
     cfg = make_cfg(run_dir, require_tuned=False, rows=["base", "toolformer"], perplexity_path="",
                    tasks=[{"name": "svamp", "path": str(FIX / "SVAMP.json"), "kind": "math", "max_items": 1}])
-    res = ev_stage.run_stage(cfg)
+    res = ev_stage.run_stage(cfg).output
     assert list(res["rows"]) == ["base", "control"] and "toolformer" in res["skipped_rows"]
     assert "row 'toolformer' skipped" in capsys.readouterr().out
     assert res["rows"]["base"]["perplexity"] is None
@@ -174,7 +175,7 @@ def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_
                         lambda cfg, path: (ScriptedLM(tok, _calculator_script(tok), with_prompt=True), tok))
     cfg = make_cfg(run_dir, extra_models=[], perplexity_path="", max_new_tokens=24,
                    tasks=[{"name": "sums", "path": str(sums), "format": "triviaqa", "kind": "math"}])
-    res = ev_stage.run_stage(cfg)
+    res = ev_stage.run_stage(cfg).output
     rows = res["rows"]
     assert rows["toolformer"]["tasks"]["sums"] == {"accuracy": 1.0, "call_rate": 1.0, "n": 3, "correct": 3,
                                                    "with_calls": 3}

@@ -43,7 +43,7 @@ def config(tmp_path, tiny_model_dir, *overrides):
 def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, capsys):
     write_sums(tmp_path / "run")
     cfg = config(tmp_path, tiny_model_dir)
-    manifest = run_stage(cfg)
+    manifest = run_stage(cfg).manifest
     out = tmp_path / "run" / "model"
     line = capsys.readouterr().out.strip().splitlines()[-1]
     assert line.startswith("finetune: 4 steps, dev perplexity ") and line.endswith(f"model in {out}")
@@ -61,8 +61,9 @@ def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, caps
     assert state["global_step"] == 4 and state["best_step"] == c["best_step"]
 
     # Unchanged config: skipped. More steps: continues from the step-4 checkpoint.
-    assert run_stage(cfg)["finished"] == manifest["finished"]
-    more = run_stage(config(tmp_path, tiny_model_dir, "finetune.max_steps=6"))
+    again = run_stage(cfg)
+    assert again.skipped and again.manifest["finished"] == manifest["finished"]
+    more = run_stage(config(tmp_path, tiny_model_dir, "finetune.max_steps=6")).manifest
     assert more["counts"]["resumed_from"] == 4 and more["counts"]["steps"] == 6
     state = json.loads((out / "trainer_state.json").read_text())
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
@@ -76,7 +77,7 @@ def test_control_data_set_and_special_call_tokens(tmp_path, tiny_model_dir):
     Dataset.from_dict({"text": [t.split(", ")[0] + "." for t in texts]}).save_to_disk(str(plain))
     cfg = config(tmp_path, tiny_model_dir, f"finetune.dataset={plain}", f"finetune.output_dir={tmp_path / 'control'}",
                  "calls.style=special", "finetune.dev_ratio=0")
-    m = run_stage(cfg)
+    m = run_stage(cfg).manifest
     assert m["counts"]["augmented"] == 0 and m["counts"]["best_dev_perplexity"] is None
     tok = AutoTokenizer.from_pretrained(tmp_path / "control")
     assert tok.convert_tokens_to_ids("<API>") != tok.unk_token_id

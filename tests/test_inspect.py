@@ -197,7 +197,7 @@ def parse_page(path: Path) -> ReportParser:
 def test_terminal_funnel_equals_record_counts(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")  # rich wraps to the terminal width
     run = make_run(tmp_path)
-    ins = run_stage(cfg_for(run))
+    ins = run_stage(cfg_for(run)).output
     out = capsys.readouterr().out
     expected = expected_counts(run)
     assert expected["Calculator"] == {"documents": 4, "positions": 3, "candidates": 6, "executed_ok": 4, "kept": 2}
@@ -269,7 +269,7 @@ def test_documents_show_every_call_in_place(tmp_path, capsys):
 
 def test_filters_restrict_what_is_shown(tmp_path, capsys):
     run = make_run(tmp_path)
-    ins = run_stage(cfg_for(run), tool="QA")
+    ins = run_stage(cfg_for(run), tool="QA").output
     out = capsys.readouterr().out
     assert ins.tools == ["QA"] and set(terminal_funnel(out)) == {"QA"}
     page = parse_page(run / "inspect" / "report.html")
@@ -278,17 +278,17 @@ def test_filters_restrict_what_is_shown(tmp_path, capsys):
     # The funnel file always covers the whole run.
     assert set(json.loads((run / "inspect" / "funnel.json").read_text())["per_tool"]) == {"Calculator", "QA"}
 
-    ins = run_stage(cfg_for(run), kept="yes")
+    ins = run_stage(cfg_for(run), kept="yes").output
     shown = [r for calls in ins.selected.values() for r in calls]
     assert len(shown) == 4 and all(r["kept"] for r in shown)
     assert {c["class"] for c in parse_page(run / "inspect" / "report.html").calls} == {"kept"}
 
-    ins = run_stage(cfg_for(run), kept="no", max_margin=0.5)
+    ins = run_stage(cfg_for(run), kept="no", max_margin=0.5).output
     shown = sorted(r["loss_minus"] - r["loss_plus"] for calls in ins.selected.values() for r in calls)
     assert shown == pytest.approx([-0.5, -0.1, 0.2])
     assert "Calculator: highest L⁻ − L⁺, rejected calls" in capsys.readouterr().out
 
-    ins = run_stage(cfg_for(run), min_margin=1.5)
+    ins = run_stage(cfg_for(run), min_margin=1.5).output
     assert sorted(r["input"] for calls in ins.selected.values() for r in calls) == [
         "212 + 87", "340 + 275", "Who lives in Brightwater?", "Who rebuilt the mill?"]
     with pytest.raises(ValueError, match="tool 'Calendar' is not in"):
@@ -317,7 +317,7 @@ def test_paging_links_every_page(tmp_path, capsys):
 
 def test_sample_only_run_names_missing_stages(tmp_path, capsys):
     run = make_run(tmp_path, stages=("sample",))
-    ins = run_stage(cfg_for(run))
+    ins = run_stage(cfg_for(run)).output
     out = capsys.readouterr().out
     assert "missing stages: execute, filter" in out
     funnel = terminal_funnel(out)
@@ -344,7 +344,7 @@ def test_mismatch_partial_and_bad_records(tmp_path, capsys):
     run_stage(cfg_for(run))
     assert "warning: filter: QA kept: manifest says 3, shard records give 2" in capsys.readouterr().out
     (run / "execute" / "manifest.json").unlink()  # an interrupted execute stage: counts from its records
-    ins = run_stage(cfg_for(run))
+    ins = run_stage(cfg_for(run)).output
     assert ins.funnel["stages"]["execute"] == "partial"
     step = ins.funnel["per_tool"]["QA"]["steps"][3]
     assert step["step"] == "executed_ok" and step["count"] == 3 and step["source"] == "records (stage partial)"
@@ -410,7 +410,7 @@ def test_gold_precision_and_recall_per_tool(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "250")
     assert GOLD_TOLERANCE == 3
     run = make_run(tmp_path, docs=GOLD_DOCS, calls=GOLD_RUN_CALLS)
-    ins = run_stage(cfg_for(run))
+    ins = run_stage(cfg_for(run)).output
     out = capsys.readouterr().out
     calc = {"kept": 4, "kept_right": 1, "gold": 2, "gold_with_kept": 2, "gold_with_right_kept": 1,
             "precision": 0.25, "recall": 1.0, "recall_right": 0.5}
@@ -460,6 +460,6 @@ def test_gold_section_is_escaped_and_follows_the_tool_filter(tmp_path, capsys):
     assert "script" not in page.tags and "i" not in page.tags
     raw = (run / "inspect" / "report.html").read_text(encoding="utf-8")
     assert "[QA(&lt;script&gt;" in raw and "[QA(?) → &lt;b&gt;bold&lt;/b&gt;]" in raw
-    ins = run_stage(cfg_for(run), tool="Calculator")
+    ins = run_stage(cfg_for(run), tool="Calculator").output
     assert ins.gold["per_tool"]["QA"]["precision"] == 0.0  # funnel.json keeps every tool
     assert '<tr data-tool="QA">' not in (run / "inspect" / "report.html").read_text(encoding="utf-8")

@@ -18,16 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from toolformer.records import required
 from toolformer.runfolder import DOCUMENTS, GOLD_CALLS, MANIFEST, read_documents, read_jsonl
 
 CALL_STAGES = ("sample", "execute", "filter")
 LATER_STAGES = ("build", "finetune", "evaluate")
-REQUIRED_KEYS = {
-    "sample": ("doc_id", "tool", "input", "position", "char_start"),
-    "execute": ("doc_id", "tool", "input", "position", "char_start", "result", "error"),
-    "filter": ("doc_id", "tool", "input", "position", "char_start", "result", "error", "loss_minus", "loss_plus",
-               "kept"),
-}
 # Funnel steps, in order, and how each is shown.
 STEPS = ("documents", "positions", "candidates", "executed_ok", "kept")
 STEP_LABELS = {
@@ -69,7 +64,7 @@ def read_stage(run_dir: Path, name: str) -> StageState:
         except json.JSONDecodeError as e:
             raise ValueError(f"{manifest_path}: invalid JSON: {e.msg}") from None
     shards = sorted(d.glob("shard-*.jsonl")) if name in CALL_STAGES else []
-    records = [r for s in shards for r in read_jsonl(s, REQUIRED_KEYS[name])]
+    records = [r for s in shards for r in read_jsonl(s, required(name))]
     state = "complete" if manifest is not None else ("partial" if shards else "missing")
     return StageState(name, state, manifest, records)
 

@@ -1,7 +1,10 @@
-"""Pipeline stages: each is ``run_stage(cfg, force=False)`` reading the previous
-stage's output from the run folder and writing its own (see ``runfolder``).
-:func:`run_stage` here runs one of them by name; the command line, the
-pipeline and the demo all go through it."""
+"""Pipeline stages.
+
+Each module ``toolformer.stages.<name>`` has ``run_stage(cfg, force=False,
+**options)`` (:class:`StageFunction`): it reads the previous stage's output
+from the run folder, writes its own (see ``runfolder``) and returns a
+:class:`StageResult`. :func:`run_stage` here runs one of them by name; the
+command line, the pipeline and the demo all go through it."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ import importlib
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Protocol
 
 from toolformer.config import STAGES, PipelineConfig
 from toolformer.configuration import config_hash, to_dict
@@ -19,12 +23,33 @@ from toolformer.runfolder import Stage
 COMMON = ("seed", "model", "calls", "corpus", "tools")
 
 
-def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **kwargs):
+@dataclass
+class StageResult:
+    """What every stage returns."""
+
+    name: str
+    skipped: bool
+    """The stage's output was complete for this config: nothing was run."""
+    manifest: dict | None
+    """The stage's ``manifest.json`` (counts, config hash, seed, versions); None in the processes of a
+    multi-process fine-tune other than the main one, which write none."""
+    output: Any = None
+    """What the stage has beyond its manifest: evaluate's results (``results.json``), inspect's Inspection."""
+
+
+class StageFunction(Protocol):
+    """``toolformer.stages.<name>.run_stage``."""
+
+    def __call__(self, cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult: ...
+
+
+def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
     """Run stage ``name`` (one of :data:`~toolformer.config.STAGES`): the
-    ``run_stage`` of ``toolformer.stages.<name>``; returns what it returns."""
+    ``run_stage`` of ``toolformer.stages.<name>``."""
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r} (known: {', '.join(STAGES)})")
-    return importlib.import_module(f"toolformer.stages.{name}").run_stage(cfg, force=force, **kwargs)
+    stage_fn: StageFunction = importlib.import_module(f"toolformer.stages.{name}").run_stage
+    return stage_fn(cfg, force=force, **options)
 
 
 def stage_hash(cfg: PipelineConfig, name: str) -> str:
@@ -66,6 +91,10 @@ class StageRun:
     hash: str
     first_shard: int
     skipped: bool
+
+    def result(self, output: Any = None) -> StageResult:
+        """The stage's result: its manifest as it stands now, and ``output``."""
+        return StageResult(self.stage.name, self.skipped, self.stage.manifest(), output)
 
 
 def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | None = None) -> StageRun:

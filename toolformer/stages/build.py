@@ -33,6 +33,7 @@ from tqdm import tqdm
 
 from toolformer.calls import insert_calls
 from toolformer.config import PipelineConfig
+from toolformer.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, type_name
 from toolformer.runfolder import (
     Stage,
     atomic_write_text,
@@ -44,12 +45,10 @@ from toolformer.runfolder import (
     read_documents,
 )
 from toolformer.runview import margin  # L⁻ − L⁺: how much the call with its result lowers the loss
-from toolformer.stages import start
+from toolformer.stages import StageResult, start
 
 DATASET = "dataset"
 AUGMENTED = "augmented.jsonl"
-# Keys a kept filter record must carry (RUN_DIR/filter contract).
-REQUIRED = ("doc_id", "tool", "input", "result", "char_start", "call_text", "loss_minus", "loss_plus")
 
 
 def read_kept(filter_dir: Path) -> list[dict]:
@@ -61,7 +60,7 @@ def read_kept(filter_dir: Path) -> list[dict]:
         for line_no, record in iter_jsonl(shard):
             if not record.get("kept"):
                 continue
-            for key in REQUIRED:
+            for key in KEPT_REQUIRED:
                 if record.get(key) is None:
                     raise ValueError(f"{shard}:{line_no}: kept record has no {key!r}")
             record["_where"] = f"{shard.name}:{line_no}"
@@ -99,31 +98,21 @@ def cap_per_tool(calls: list[dict], max_per_tool: int) -> tuple[list[dict], dict
     return [r for r in calls if id(r) in keep], capped
 
 
-def call_provenance(r: dict) -> dict:
-    return {
-        "tool": r["tool"],
-        "input": r["input"],
-        "result": r["result"],
-        "char_start": int(r["char_start"]),
-        "loss_minus": r["loss_minus"],
-        "loss_plus": r["loss_plus"],
-    }
+def call_provenance(r: dict) -> CallProvenance:
+    return CallProvenance(tool=r["tool"], input=r["input"], result=r["result"], char_start=int(r["char_start"]),
+                          loss_minus=r["loss_minus"], loss_plus=r["loss_plus"])
 
 
-def augment(doc: dict, calls: list[dict], separator: str) -> dict:
+def augment(doc: dict, calls: list[dict], separator: str) -> DatasetRow:
     """The document with its calls inline, as a data set row."""
     calls = sorted(calls, key=lambda r: int(r["char_start"]))
     text = insert_calls(doc["text"], [(int(r["char_start"]), r["call_text"]) for r in calls], separator=separator)
-    return {
-        "text": text,
-        "doc_id": str(doc["doc_id"]),
-        "augmented": True,
-        "calls": json.dumps([call_provenance(r) for r in calls], ensure_ascii=False),
-    }
+    return DatasetRow(text=text, doc_id=str(doc["doc_id"]), augmented=True,
+                      calls=json.dumps([call_provenance(r) for r in calls], ensure_ascii=False))
 
 
-def plain(doc: dict) -> dict:
-    return {"text": doc["text"], "doc_id": str(doc["doc_id"]), "augmented": False, "calls": "[]"}
+def plain(doc: dict) -> DatasetRow:
+    return DatasetRow(text=doc["text"], doc_id=str(doc["doc_id"]), augmented=False, calls="[]")
 
 
 def read_plain(path: str) -> list[dict]:
@@ -150,8 +139,7 @@ def save_dataset(rows: list[dict], out: Path) -> None:
     """``save_to_disk`` into a temporary folder, then rename it into place."""
     from datasets import Dataset, Features, Value
 
-    features = Features({"text": Value("string"), "doc_id": Value("string"),
-                         "augmented": Value("bool"), "calls": Value("string")})
+    features = Features({name: Value(type_name(tp)) for name, (tp, _) in fields(DatasetRow).items()})
     columns = {name: [r[name] for r in rows] for name in features}
     # Not `.name.tmp-*`: Stage.begin unlinks those as files, and this is a folder.
     tmp = out.with_name(f"_{out.name}-tmp-{os.getpid()}")
@@ -169,10 +157,10 @@ def save_dataset(rows: list[dict], out: Path) -> None:
     os.replace(tmp, out)
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
+def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     run = start(cfg, "build", force)
     if run.skipped:
-        return run.stage.manifest()
+        return run.result()
     filter_stage = Stage(cfg.run_dir, "filter")
     filter_stage.require(" (build reads the calls it kept)")
     for stale in run.stage.dir.glob("_*-tmp-*"):
@@ -247,4 +235,4 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
         extra += [f"{len(rejected):,} rejected (build/rejected.jsonl)"] if rejected else []
         line += "; " + ", ".join(extra)
     print(line)
-    return run.stage.manifest()
+    return run.result()

@@ -33,7 +33,7 @@ from toolformer.generate import generate_with_tools, load_model_folder
 from toolformer.modeling import _check_local, bos_ids, model_window, set_threads
 from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.sandbox import build_sandbox
-from toolformer.stages import start
+from toolformer.stages import StageResult, start
 from toolformer.tasks import (
     TaskData,
     TaskFormatError,
@@ -185,7 +185,7 @@ def _load_row_model(cfg: PipelineConfig, path: str):
     return load_model_folder(cfg, path)
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
+def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
     ev = cfg.evaluate
     if not ev.tasks and not ev.perplexity_path:
         raise ValueError("evaluate.tasks: no evaluation sets configured (and no evaluate.perplexity_path)")
@@ -198,7 +198,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
         inputs["perplexity"] = ev.perplexity_path
     run = start(cfg, "evaluate", force, inputs=inputs)
     if run.skipped:
-        return None
+        return run.result()
     out_dir = Path(ev.output_dir or Path(cfg.run_dir) / "eval")
     for name, why in skipped.items():
         print(f"evaluate: row {name!r} skipped: {why}")
@@ -269,7 +269,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> dict | None:
                           for r, v in results.items()}}
     run.stage.finish(run.hash, cfg.seed, counts, output_dir=str(out_dir), results=str(out_dir / "results.json"))
     print(summary_line(summary, out_dir))
-    return summary
+    return run.result(summary)
 
 
 def _pct(x: float | None) -> str:

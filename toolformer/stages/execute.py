@@ -11,26 +11,27 @@ from collections import defaultdict
 from tqdm.auto import tqdm
 
 from toolformer.config import PipelineConfig
+from toolformer.records import ExecuteRecord
 from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
 from toolformer.sandbox import build_sandbox
-from toolformer.stages import start
+from toolformer.stages import StageResult, start
 from toolformer.stages.sample import check_tools
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
+def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     upstream = Stage(cfg.run_dir, "sample")
     upstream.require(" (toolformer sample)")
     run = start(cfg, "execute", force)
     if run.skipped:
-        return run.stage.manifest()
+        return run.result()
     docs = read_documents(cfg.run_dir)
     candidates = list(upstream.records())
     check_tools(cfg)  # refuses unknown tools and those with side effects
     sandbox = build_sandbox(cfg, cache=cfg.execute.cache)
 
-    def process(group: list[dict]) -> list[dict]:
+    def process(group: list[dict]) -> list[ExecuteRecord]:
         outcomes = sandbox.run_many([(r["tool"], r["input"], docs[r["doc_id"]]["date"]) for r in group])
-        return [{**r, **o.as_dict()} for r, o in zip(group, outcomes)]
+        return [ExecuteRecord(**r, result=o.result, error=o.error) for r, o in zip(group, outcomes)]
 
     with tqdm(total=len(candidates), desc="execute", unit="call") as bar:
         run_sharded(run.stage, candidates, cfg.shard_size, run.first_shard, process, bar)
@@ -49,4 +50,4 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
     parts = ", ".join(f"{t} {c['ok']:,}/{c['candidates']:,}" for t, c in per_tool.items())
     print(f"execute: {ok:,} of {total:,} calls returned a result ({fmt_pct(ok, total)}; {parts}); "
           f"{sandbox.calls_executed:,} unique calls run")
-    return run.stage.manifest()
+    return run.result()

@@ -21,9 +21,10 @@ from toolformer.calls import get_style
 from toolformer.config import PipelineConfig
 from toolformer.losses import is_kept, loss_minus
 from toolformer.modeling import DTYPES, bos_ids, load, model_window, set_threads
+from toolformer.records import FilterRecord
 from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
 from toolformer.scoring import LossRequest, LossScorer
-from toolformer.stages import start
+from toolformer.stages import StageResult, start
 from toolformer.textpos import tokenize_text
 
 
@@ -54,7 +55,7 @@ class CandidateScorer:
         z = call_text + self.cfg.filter.prefix_separator
         return self.bos + tuple(self.tok(z, add_special_tokens=False)["input_ids"])
 
-    def score(self, records: list[dict]) -> list[dict]:
+    def score(self, records: list[dict]) -> list[FilterRecord]:
         requests, plan = [], []
         for r in records:
             if r["error"] is not None or r["result"] is None:
@@ -76,27 +77,27 @@ class CandidateScorer:
         for r, p in zip(records, plan):
             tau = tau_for(self.cfg, r["tool"])
             if p is None:
-                out.append({**r, "call_text": None, "call_text_no_result": None, "loss_none": None,
-                            "loss_no_result": None, "loss_with_result": None, "loss_minus": None,
-                            "loss_plus": None, "tau_filter": tau, "kept": False})
+                out.append(FilterRecord(**r, call_text=None, call_text_no_result=None, loss_none=None,
+                                        loss_no_result=None, loss_with_result=None, loss_minus=None,
+                                        loss_plus=None, tau_filter=tau, kept=False))
                 continue
             (none, no_res, with_res), with_result, no_result = p
             l_none, l_no, l_with = losses[none], losses[no_res], losses[with_res]
             lm = loss_minus(l_none, l_no)
-            out.append({**r, "call_text": with_result, "call_text_no_result": no_result,
-                        "loss_none": round(l_none, 6), "loss_no_result": round(l_no, 6),
-                        "loss_with_result": round(l_with, 6), "loss_minus": round(lm, 6),
-                        "loss_plus": round(l_with, 6), "tau_filter": tau,
-                        "kept": is_kept(round(lm, 6), round(l_with, 6), tau)})
+            out.append(FilterRecord(**r, call_text=with_result, call_text_no_result=no_result,
+                                    loss_none=round(l_none, 6), loss_no_result=round(l_no, 6),
+                                    loss_with_result=round(l_with, 6), loss_minus=round(lm, 6),
+                                    loss_plus=round(l_with, 6), tau_filter=tau,
+                                    kept=is_kept(round(lm, 6), round(l_with, 6), tau)))
         return out
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
+def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     upstream = Stage(cfg.run_dir, "execute")
     upstream.require(" (toolformer execute)")
     run = start(cfg, "filter", force)
     if run.skipped:
-        return run.stage.manifest()
+        return run.result()
     set_threads(cfg.model.threads)
     model, tok = load(cfg.model, cfg.calls)
     if cfg.filter.dtype != "auto":
@@ -120,4 +121,4 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
     kept = sum(c["kept"] for c in per_tool.values())
     parts = ", ".join(f"{t} {c['kept']:,}/{c['candidates']:,}" for t, c in per_tool.items())
     print(f"filter: kept {kept:,} of {total:,} calls ({fmt_pct(kept, total)}; {parts})")
-    return run.stage.manifest()
+    return run.result()

@@ -31,7 +31,7 @@ from toolformer.config import PipelineConfig
 from toolformer.configuration import config_hash, dump_yaml
 from toolformer.runfolder import Stage, atomic_write_text
 from toolformer.runguard import check_finetune_output
-from toolformer.stages import seed_everything, stage_hash, start
+from toolformer.stages import StageResult, seed_everything, stage_hash, start
 from toolformer.training import TrainArgs, pack_sequences, train_causal_lm, use_cpu
 
 # Fields that may change between runs without invalidating the checkpoints:
@@ -126,7 +126,7 @@ Load with `AutoModelForCausalLM.from_pretrained(...)` and `AutoTokenizer.from_pr
 """
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
+def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     from accelerate import PartialState
 
     from toolformer.calls import get_style
@@ -160,7 +160,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
         seed_everything(cfg.seed)
     state.wait_for_everyone()
     if skip:
-        return stage.manifest()
+        return StageResult("finetune", True, stage.manifest())
 
     if state.device.type == "cpu":
         # Several processes on one machine share its cores.
@@ -182,7 +182,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
                               run_key=run_key(cfg, data_hash))
 
     if not state.is_main_process:
-        return None
+        return StageResult("finetune", False, None)
     data = {
         "dataset": str(data_path), "documents": len(texts), "augmented": sum(map(bool, augmented)),
         "dev_documents": len(dev_idx), "seq_len": seq_len, "train_rows": len(train_rows),
@@ -195,4 +195,4 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> dict | None:
     best = metrics["best_dev_perplexity"]
     result = f"dev perplexity {best:.2f} (best at step {metrics['best_step']})" if best is not None else "no dev set"
     print(f"finetune: {metrics['steps']:,} steps, {result}, model in {out}")
-    return run.stage.manifest()
+    return run.result()

@@ -41,7 +41,7 @@ from toolformer.runview import (
     inspect_run,
     margin,
 )
-from toolformer.stages import stage_hash
+from toolformer.stages import StageResult, stage_hash
 
 
 def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
@@ -72,7 +72,7 @@ def kept_share(funnel: dict, tools: list[str]) -> tuple[int, int, str]:
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False, tool: str | None = None, kept: str = "all",
-              min_margin: float | None = None, max_margin: float | None = None) -> Inspection:
+              min_margin: float | None = None, max_margin: float | None = None) -> StageResult:
     style, separator, note = run_call_format(cfg)
     ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, cfg.inspect.context_chars, tool, kept,
                       min_margin, max_margin)
@@ -107,7 +107,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, tool: str | None = None,
         else f"{n_cands:,} candidate calls"
     print(f"inspect: {len(ins.tools)} tool(s), {kept_part}, {shown:,} shown; "
           f"{pages[0]} ({len(pages)} page(s)){missing}")
-    return ins
+    return StageResult("inspect", False, out.manifest(), ins)
 
 
 # -- terminal ----------------------------------------------------------------------

@@ -20,8 +20,9 @@ from toolformer.config import PipelineConfig
 from toolformer.corpus import read_corpus, split_windows
 from toolformer.modeling import bos_ids, load, model_window, set_threads
 from toolformer.proposers import RULE_TOOLS, passes_prefilter, propose
+from toolformer.records import SampleRecord
 from toolformer.runfolder import fmt_pct, run_sharded, write_documents
-from toolformer.stages import start
+from toolformer.stages import StageResult, start
 from toolformer.textpos import tokenize_text
 from toolformer.tools import REGISTRY, build_tool, render_prompt
 
@@ -73,10 +74,10 @@ def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: boo
     return room
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
+def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     run = start(cfg, "sample", force)
     if run.skipped:
-        return run.stage.manifest()
+        return run.result()
     set_threads(cfg.model.threads)
     tools = check_tools(cfg)
     settings = {t: tool_settings(cfg, t) for t in tools}
@@ -105,7 +106,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> dict | None:
     n_rejected = len(corpus.rejected)
     print(f"sample: {total:,} candidates in {len(docs):,} documents ({parts}); "
           f"{n_rejected:,} records rejected ({fmt_pct(n_rejected, n_rejected + len(corpus.documents))})")
-    return run.stage.manifest()
+    return run.result()
 
 
 def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], model, tok) -> dict:
@@ -181,7 +182,8 @@ def count_per_tool(cfg: PipelineConfig, stage, docs: list[dict], tok, tools: lis
     return per_tool
 
 
-def _record(doc: dict, tool: str, tool_input: str, position: int, tt, p_i: float | None, source: str) -> dict:
-    return {"doc_id": doc["doc_id"], "tool": tool, "input": tool_input, "position": position,
-            "char_start": tt.char_starts[position], "p_i": None if p_i is None else round(p_i, 6), "source": source}
+def _record(doc: dict, tool: str, tool_input: str, position: int, tt, p_i: float | None,
+            source: str) -> SampleRecord:
+    return SampleRecord(doc_id=doc["doc_id"], tool=tool, input=tool_input, position=position,
+                        char_start=tt.char_starts[position], p_i=None if p_i is None else round(p_i, 6), source=source)
 

@@ -1,0 +1,128 @@
+"""The records the annotation stages write, declared once.
+
+Each stage's JSON Lines record is a :class:`~typing.TypedDict` whose fields
+carry their meaning (``Annotated[type, "meaning"]``). A stage's record holds
+every field of the stage before it plus its own, so ``FilterRecord`` is the
+whole story of one candidate call. The stages build their records through
+these types, ``inspect`` checks the keys it needs against them, ``build``
+derives its data set's columns from :class:`DatasetRow`, and the field table
+in the README and in docs/design.md is :func:`markdown_table` (a test keeps
+them equal; ``python -m toolformer.records`` prints it).
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Annotated, TypedDict
+
+
+class Document(TypedDict, total=False):
+    """``RUN_DIR/sample/documents.jsonl``: one line per document (or window of one)."""
+
+    doc_id: Annotated[str, "corpus id; a document longer than the window is split into `ID#k`"]
+    text: Annotated[str, "the text the positions index"]
+    date: Annotated[str | None, "ISO date the Calendar tool answers for (corpus field or config)"]
+    gold_calls: Annotated[list, "calls the corpus says belong in the text (`tool`, `input`, `result`, "
+                                "`char_start`), when it has them"]
+
+
+class SampleRecord(TypedDict):
+    """``RUN_DIR/sample``: one candidate call at one position."""
+
+    doc_id: Annotated[str, "document the call is proposed for"]
+    tool: Annotated[str, "tool name"]
+    input: Annotated[str, "the call's input, as sampled or proposed"]
+    position: Annotated[int, "token index i the call goes before"]
+    char_start: Annotated[int, "character offset of token i in the text"]
+    p_i: Annotated[float | None, "p_M(call start given P(x), x_1..x_{i-1}); null for rule proposals"]
+    source: Annotated[str, "`sampler` (the paper's sampler) or `rules` (a rule proposer)"]
+
+
+class ExecuteRecord(SampleRecord):
+    """``RUN_DIR/execute``: + what the tool returned."""
+
+    result: Annotated[str | None, "the tool's result r (null on error)"]
+    error: Annotated[dict | None, "`{code, message}` when the call returned no result"]
+
+
+class FilterRecord(ExecuteRecord):
+    """``RUN_DIR/filter``: + the weighted losses of the paper's criterion."""
+
+    call_text: Annotated[str | None, "e(c, r): the call with its result, as inserted"]
+    call_text_no_result: Annotated[str | None, "e(c, ε): the call with an empty result"]
+    loss_none: Annotated[float | None, "L_i(ε): no call before the text"]
+    loss_no_result: Annotated[float | None, "L_i(e(c, ε))"]
+    loss_with_result: Annotated[float | None, "L_i(e(c, r))"]
+    loss_minus: Annotated[float | None, "L⁻ = min(L_i(ε), L_i(e(c, ε)))"]
+    loss_plus: Annotated[float | None, "L⁺ = L_i(e(c, r))"]
+    tau_filter: Annotated[float, "the threshold τ_f this tool was filtered with"]
+    kept: Annotated[bool, "L⁻ − L⁺ ≥ τ_f"]
+
+
+class CallProvenance(TypedDict):
+    """One inserted call, in a data set row's ``calls``."""
+
+    tool: Annotated[str, "tool name"]
+    input: Annotated[str, "the call's input"]
+    result: Annotated[str, "the tool's result"]
+    char_start: Annotated[int, "offset in the original text where the call was inserted"]
+    loss_minus: Annotated[float, "L⁻ of the call"]
+    loss_plus: Annotated[float, "L⁺ of the call"]
+
+
+class DatasetRow(TypedDict):
+    """``RUN_DIR/build/dataset`` (``datasets`` on disk) and ``augmented.jsonl``."""
+
+    text: Annotated[str, "the document with its calls inline"]
+    doc_id: Annotated[str, "the document's id (`plain:N` for plain text mixed in)"]
+    augmented: Annotated[bool, "whether calls were inserted"]
+    calls: Annotated[str, "JSON list of the inserted calls: `tool`, `input`, `result`, `char_start`, "
+                          "`loss_minus`, `loss_plus`"]
+
+
+# The record of each stage that writes shards of candidate calls.
+STAGE_RECORDS: dict[str, type] = {"sample": SampleRecord, "execute": ExecuteRecord, "filter": FilterRecord}
+# What a kept filter record must carry, not null, for build to insert it.
+KEPT_REQUIRED = ("doc_id", "tool", "input", "result", "char_start", "call_text", "loss_minus", "loss_plus")
+
+
+def fields(record: type) -> dict[str, tuple[object, str]]:
+    """name -> (type, meaning) of a record type, in declaration order (bases first)."""
+    hints = typing.get_type_hints(record, include_extras=True)
+    out = {}
+    for name, hint in hints.items():
+        base, meaning = typing.get_args(hint)[:2] if typing.get_origin(hint) is Annotated else (hint, "")
+        out[name] = (base, meaning)
+    return out
+
+
+def required(stage: str) -> tuple[str, ...]:
+    """Keys every record of ``stage`` has (a shard line without one is malformed)."""
+    return tuple(fields(STAGE_RECORDS[stage]))
+
+
+def type_name(tp: object) -> str:
+    names = {str: "string", int: "int", float: "float", bool: "bool", dict: "object", list: "list",
+             type(None): "null"}
+    args = typing.get_args(tp)
+    if args:
+        return " or ".join(type_name(a) for a in args)
+    return names.get(tp, getattr(tp, "__name__", str(tp)))  # type: ignore[call-overload]
+
+
+def markdown_table() -> str:
+    """The field table of the README and docs/design.md: stage, field, type, meaning."""
+    lines = ["| written by | field | type | meaning |", "| --- | --- | --- | --- |"]
+    seen: set[str] = set()
+    for stage, record in STAGE_RECORDS.items():
+        for name, (tp, meaning) in fields(record).items():
+            if name not in seen:
+                seen.add(name)
+                lines.append(f"| `{stage}` | `{name}` | {type_name(tp)} | {meaning} |")
+    for name, (tp, meaning) in fields(DatasetRow).items():
+        lines.append(f"| `build` (data set) | `{name}` | {type_name(tp)} | {meaning} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")
