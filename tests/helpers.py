@@ -48,7 +48,7 @@ def write_build(run_dir: str | Path, texts: list[str], **columns) -> None:
     """A complete build stage made by hand: a data set with ``text`` and ``columns``."""
     from datasets import Dataset
 
-    from toolformer.runfolder import Stage
+    from toolformer.run.folder import Stage
 
     stage = Stage(run_dir, "build")
     stage.begin("x")

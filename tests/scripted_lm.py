@@ -5,7 +5,7 @@ scripted from the text it has generated so far.
 in rank order, best first; every other token gets a much lower score. With
 ``with_prompt=True`` the script is called as ``script(text, prompt)``. The
 double keeps each row's token history in its "cache", so it works with the
-key/value-cache loop of :mod:`toolformer.generate` exactly like a real model.
+key/value-cache loop of :mod:`toolformer.lm.generate` exactly like a real model.
 """
 
 from __future__ import annotations

@@ -6,12 +6,12 @@ import shutil
 import pytest
 from helpers import shard_records
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import load_config
-from toolformer.losses import is_kept
+from toolformer.config.load import load_config
+from toolformer.config.schema import PipelineConfig
+from toolformer.lm.losses import is_kept
 from toolformer.pipeline import run_pipeline
 from toolformer.records import STAGE_RECORDS, fields
-from toolformer.runfolder import Stage
+from toolformer.run.folder import Stage
 from toolformer.stages import run_stage
 
 # The whole module annotates the shipped corpus end to end (sample, execute, filter).

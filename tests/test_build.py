@@ -5,10 +5,10 @@ import json
 import pytest
 from helpers import write_jsonl
 
-from toolformer.calls import get_style
-from toolformer.config import PipelineConfig
-from toolformer.runfolder import Stage, write_documents
+from toolformer.config.schema import PipelineConfig
+from toolformer.run.folder import Stage, write_documents
 from toolformer.stages.build import run_stage
+from toolformer.tools.calls import get_style
 
 STYLE = get_style("plain")
 DOCS = [

@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolformer.calls import (
+from toolformer.tools.calls import (
     STYLES,
     ApiCall,
     add_call_tokens,

@@ -42,7 +42,7 @@ def test_usage_errors_exit_2(tmp_path, capsys):
 
 
 def test_tiny_model_tokenizer_texts_come_from_a_named_folder(tmp_path, repo_root):
-    from toolformer.modeling import tiny_tokenizer_texts
+    from toolformer.lm.modeling import tiny_tokenizer_texts
 
     with pytest.raises(FileNotFoundError, match=r"no corpus\.jsonl.*--data"):
         tiny_tokenizer_texts(tmp_path)

@@ -2,8 +2,8 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import ConfigError, load_config
+from toolformer.config.load import ConfigError, load_config
+from toolformer.config.schema import PipelineConfig
 
 
 def _write(tmp_path, text):
@@ -47,9 +47,9 @@ def test_every_field_documented():
     import ast
     import inspect
 
-    from toolformer import config
+    from toolformer.config import schema
 
-    tree = ast.parse(inspect.getsource(config))
+    tree = ast.parse(inspect.getsource(schema))
     sections = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
     checked = 0
     for cls in (n for n in tree.body if isinstance(n, ast.ClassDef)):

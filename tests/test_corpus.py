@@ -4,7 +4,7 @@ import pytest
 from helpers import write_jsonl
 from transformers import AutoTokenizer
 
-from toolformer.config import CorpusConfig
+from toolformer.config.schema import CorpusConfig
 from toolformer.corpus import read_corpus, split_windows
 
 
@@ -46,7 +46,7 @@ def test_long_documents_split_into_windows_losing_nothing(tiny_model_dir):
 
 
 def test_gold_calls_survive_into_windows_and_the_run_folder(tmp_path, tiny_model_dir):
-    from toolformer.runfolder import read_documents, write_documents
+    from toolformer.run.folder import read_documents, write_documents
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     text = " ".join(f"word{i} {i}" for i in range(200))

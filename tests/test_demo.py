@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import load_config
+from toolformer.config.load import load_config
+from toolformer.config.schema import PipelineConfig
 from toolformer.demo import ROWS, run_demo
 
 pytestmark = pytest.mark.slow  # trains a base model and fine-tunes two: about a minute

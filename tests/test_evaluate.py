@@ -6,8 +6,8 @@ import pytest
 from helpers import read_jsonl, write_jsonl
 from scripted_lm import ScriptedLM, follow
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import ConfigError, from_dict
+from toolformer.config.load import ConfigError, from_dict
+from toolformer.config.schema import PipelineConfig
 from toolformer.stages import evaluate as ev_stage
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
@@ -165,7 +165,7 @@ def _calculator_script(tok):
 
 
 def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_model_dir):
-    from toolformer.modeling import load_tokenizer
+    from toolformer.lm.modeling import load_tokenizer
 
     tok = load_tokenizer(tiny_model_dir)
     sums = run_dir / "sums.jsonl"

@@ -5,7 +5,7 @@ import torch
 from reference import reference_loss
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.scoring import LossRequest, LossScorer
+from toolformer.lm.scoring import LossRequest, LossScorer
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ from datasets import Dataset
 from helpers import write_build
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import load_config
+from toolformer.config.load import load_config
+from toolformer.config.schema import PipelineConfig
 from toolformer.stages.finetune import run_stage, split_dev
 
 

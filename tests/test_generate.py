@@ -4,11 +4,11 @@ import pytest
 import torch
 from scripted_lm import ScriptedLM, follow
 
-from toolformer.calls import get_style
-from toolformer.generate import generate_with_tools
-from toolformer.sandbox import Sandbox
-from toolformer.textpos import marker_token_ids
+from toolformer.lm.generate import generate_with_tools
+from toolformer.lm.textpos import marker_token_ids
 from toolformer.tools import build_tool
+from toolformer.tools.calls import get_style
+from toolformer.tools.sandbox import Sandbox
 
 STYLE = get_style("plain")
 CALL = "[Calculator(2+3) →"
@@ -17,7 +17,7 @@ FILLERS = [" 1", " 2", " 3", " 4", " 6", " 8", " 9", " a", " b", " c"]
 
 @pytest.fixture(scope="module")
 def tok(tiny_model_dir):
-    from toolformer.modeling import load_tokenizer
+    from toolformer.lm.modeling import load_tokenizer
 
     return load_tokenizer(tiny_model_dir)
 
@@ -185,7 +185,7 @@ def _reference_greedy(model, tok, prompt, n, forbid):
 
 
 def test_batched_left_padded_decoding_matches_reference(tiny_model_dir, tok):
-    from toolformer.modeling import load_model
+    from toolformer.lm.modeling import load_model
 
     model = load_model(tiny_model_dir, torch.device("cpu"), torch.float32, tok)
     prompts = ["The bridge", "A much longer prompt about the town of Aldermoor and its river", "7 + 8 ="]
@@ -197,7 +197,7 @@ def test_batched_left_padded_decoding_matches_reference(tiny_model_dir, tok):
 
 
 def test_real_model_with_every_token_triggering(tiny_model_dir, tok, sandbox):
-    from toolformer.modeling import load_model
+    from toolformer.lm.modeling import load_model
 
     model = load_model(tiny_model_dir, torch.device("cpu"), torch.float32, tok)
     gens = generate_with_tools(model, tok, ["x", "y z", "1 2 3"], sandbox, STYLE, top_k_trigger=len(tok),

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from helpers import shard_records, write_jsonl
 
-from toolformer.calls import get_style, insert_calls
 from toolformer.cli import main
-from toolformer.config import PipelineConfig
-from toolformer.runview import GOLD_TOLERANCE, gold_summary, in_context, same_result, sentence_around
+from toolformer.config.schema import PipelineConfig
+from toolformer.inspect.view import GOLD_TOLERANCE, gold_summary, in_context, same_result, sentence_around
 from toolformer.stages.inspect import run_stage
+from toolformer.tools.calls import get_style, insert_calls
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 SCRIPT = "<script>alert('x')</script>"

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from toolformer.losses import is_kept, loss_minus, loss_weights, weighted_loss
+from toolformer.lm.losses import is_kept, loss_minus, loss_weights, weighted_loss
 
 
 def test_weights_are_the_papers():

@@ -4,7 +4,7 @@ import math
 import pytest
 from test_world import SMALL, small_cfg
 
-from toolformer.config import PretrainConfig
+from toolformer.config.schema import PretrainConfig
 from toolformer.world.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
 
 TINY = dict(vocab_size=700, hidden=16, layers=1, heads=2, positions=64, seq_len=32, batch_size=4, max_steps=3,
@@ -62,7 +62,7 @@ def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
     want = [" 1", "2", "4", "5", " [", "Calculator"]
     assert any(pieces[k : k + len(want)] == want for k in range(len(pieces))), pieces
     with pytest.raises(ValueError, match="not one"):
-        from toolformer.tokenizer import train_tokenizer
+        from toolformer.lm.tokenizer import train_tokenizer
 
         check_tokenizer(train_tokenizer(["plain words only"], vocab_size=120))
 
@@ -208,8 +208,8 @@ def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
     records for today's code and config: same key, steps and weights hash."""
     from pathlib import Path
 
-    from toolformer.config import PipelineConfig
-    from toolformer.configuration import load_config
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
     from toolformer.world.generator import generate_world, world_paths
     from toolformer.world.pretrain import pretrain_key, sha256_file
 

@@ -1,8 +1,8 @@
 import pytest
 from transformers import AutoTokenizer
 
-from toolformer.proposers import calculator_prefilter, calendar_prefilter, propose
-from toolformer.textpos import tokenize_text
+from toolformer.lm.textpos import tokenize_text
+from toolformer.stages.proposers import calculator_prefilter, calendar_prefilter, propose
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from helpers import read_jsonl, run_cli, shard_lines, write_jsonl
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import load_config
+from toolformer.config.load import load_config
+from toolformer.config.schema import PipelineConfig
 from toolformer.pipeline import run_pipeline
 from toolformer.tools import REGISTRY, Tool, ToolError, calculate
 
@@ -140,7 +140,7 @@ def test_hostile_tools_contained_while_the_execute_stage_finishes(tiny_model_dir
     cfg = load_config(PipelineConfig, None, [f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
                                              "tools.enabled=[Hang, Crash, Megabytes, Calculator]",
                                              "tools.timeout_s=0.5", "tools.max_result_chars=100"])
-    from toolformer.runfolder import Stage
+    from toolformer.run.folder import Stage
     from toolformer.stages import execute, stage_hash
 
     Stage(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
@@ -213,15 +213,15 @@ def test_tokenizer_lacking_markers_is_refused():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from toolformer.calls import STYLES
-    from toolformer.modeling import check_markers
+    from toolformer.lm.modeling import check_markers
+    from toolformer.tools.calls import STYLES
 
     backend = Tokenizer(models.WordLevel({"<unk>": 0, "plain": 1, "words": 2}, unk_token="<unk>"))
     backend.pre_tokenizer = pre_tokenizers.Whitespace()
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
     with pytest.raises(ValueError, match="cannot represent the call marker '\\['.*calls.style=special"):
         check_markers(tok, STYLES["plain"], "t")
-    from toolformer.calls import add_call_tokens
+    from toolformer.tools.calls import add_call_tokens
 
     add_call_tokens(tok, None, STYLES["special"])
     check_markers(tok, STYLES["special"], "t")  # the special style adds its markers: accepted

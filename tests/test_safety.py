@@ -15,9 +15,9 @@ import pytest
 from helpers import jsonl, run_cli, shard_lines, write_build
 
 from toolformer.cli import main
-from toolformer.config import CorpusConfig
+from toolformer.config.schema import CorpusConfig
 from toolformer.corpus import read_corpus
-from toolformer.runguard import LOCK, MARKER, RunFolderError, claim
+from toolformer.run.guard import LOCK, MARKER, RunFolderError, claim
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "corpus.jsonl"
@@ -36,7 +36,7 @@ def snapshot(folder: Path) -> dict:
 
 HOLDER = """
 import sys, time
-from toolformer.runguard import claim
+from toolformer.run.guard import claim
 with claim(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -162,7 +162,7 @@ def test_new_and_empty_folders_are_marked_and_used(tiny_model_dir, tmp_path, mon
 
 
 def test_force_deletes_only_the_stages_own_files(tmp_path):
-    from toolformer.runfolder import Stage
+    from toolformer.run.folder import Stage
 
     stage = Stage(tmp_path / "run", "sample")
     stage.begin("a")
@@ -189,8 +189,8 @@ def test_finetune_output_over_the_base_model_is_refused(tiny_model_dir, tmp_path
         assert "finetune.output_dir" in err and "model.path" in err and "overwrite" in err, err
     assert snapshot(Path(tiny_model_dir)) == before
     assert not (tmp_path / "run").exists()  # refused before the run folder was made
-    from toolformer.config import PipelineConfig
-    from toolformer.configuration import load_config
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
     from toolformer.stages.finetune import run_stage
 
     cfg = load_config(PipelineConfig, None, [f"run_dir={tmp_path / 'run'}", f"model.path={tmp_path / 'run' / 'model'}"])
@@ -267,7 +267,7 @@ def test_compressed_never_read_as_text_and_unknown_suffix_refused(tmp_path):
 # -- 4. paths that do not exist ------------------------------------------------------------------
 
 def test_looks_local():
-    from toolformer.inputs import looks_local
+    from toolformer.run.inputs import looks_local
 
     assert all(looks_local(p) for p in ("./m", "/m", "~/m", "runs/none", "data/none", "a/b/c", "corpus.jsonl"))
     assert not any(looks_local(p) for p in ("gpt2", "EleutherAI/pythia-1.4b", "someorg/somemodel"))

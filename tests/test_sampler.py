@@ -2,10 +2,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.calls import STYLES
-from toolformer.sampler import Sampler
-from toolformer.textpos import tokenize_text
+from toolformer.lm.sampler import Sampler
+from toolformer.lm.textpos import tokenize_text
 from toolformer.tools import REGISTRY, render_prompt
+from toolformer.tools.calls import STYLES
 
 PLAIN = STYLES["plain"]
 
@@ -71,7 +71,7 @@ class ScriptedLM(torch.nn.Module):
 
 def test_sampling_writes_closed_calls_and_drops_unclosed(model_tok):
     _, tok = model_tok
-    from toolformer.textpos import marker_token_ids
+    from toolformer.lm.textpos import marker_token_ids
 
     start_ids = marker_token_ids(tok, "[")
 

@@ -2,10 +2,10 @@ import time
 
 import pytest
 
-from toolformer.calls import STYLES
-from toolformer.config import ToolsConfig
-from toolformer.sandbox import Sandbox
+from toolformer.config.schema import ToolsConfig
 from toolformer.tools import REGISTRY, Tool, ToolError, build_tool, render_prompt
+from toolformer.tools.calls import STYLES
+from toolformer.tools.sandbox import Sandbox
 
 
 def test_registry_tools_describe_themselves():
@@ -73,7 +73,7 @@ def test_mt_errors_without_model(tmp_path):
 def test_mt_with_tiny_seq2seq_built_in_code(tmp_path):
     from transformers import T5Config, T5ForConditionalGeneration
 
-    from toolformer.tokenizer import train_tokenizer
+    from toolformer.lm.tokenizer import train_tokenizer
 
     tok = train_tokenizer(["hola mundo", "bonjour le monde", "hello world"], vocab_size=120)
     model = T5ForConditionalGeneration(T5Config(
@@ -144,8 +144,8 @@ def test_sandbox_cache_runs_identical_calls_once():
 @pytest.mark.parametrize("style", ["plain", "plain_ascii", "special"])
 def test_built_sandbox_removes_every_call_marker_from_results(style):
     """One marker policy (execute, evaluate, generate, `toolformer tool`): no call marker survives in a result."""
-    from toolformer.config import PipelineConfig
-    from toolformer.sandbox import build_sandbox, call_markers
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.tools.sandbox import build_sandbox, call_markers
 
     class Echo(Tool):
         name = "Echo"

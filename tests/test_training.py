@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.training import (
+from toolformer.lm.training import (
     IGNORE_INDEX,
     TrainArgs,
     batch_inputs,

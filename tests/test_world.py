@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.calls import get_style, parse_calls
-from toolformer.config import PipelineConfig, WorldConfig
-from toolformer.configuration import ConfigError, load_config
+from toolformer.config.load import ConfigError, load_config
+from toolformer.config.schema import PipelineConfig, WorldConfig
 from toolformer.tools import REGISTRY
 from toolformer.tools.calculator import calculate
+from toolformer.tools.calls import get_style, parse_calls
 from toolformer.tools.qa import QA
 from toolformer.world import generate_world
 from toolformer.world.corpora import LeakGuard, date_words

@@ -46,7 +46,7 @@ def build_model(name: str, dtype: torch.dtype, device: torch.device):
 def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
     """N candidates on documents of 64–320 tokens, ``per_position`` calls per
     position, each with the three prefixes of the method."""
-    from toolformer.scoring import LossRequest
+    from toolformer.lm.scoring import LossRequest
 
     rng = random.Random(seed)
     texts, cands = {}, []
@@ -112,7 +112,7 @@ def bench_naive(model, texts, cands, device, limit_n: int) -> float:
 def bench_reference(model, texts, cands, device, limit_n: int) -> float:
     """Candidates/s of the reference filter: the same cut rows as the filter,
     one sequence per forward, no padding, no sharing."""
-    from toolformer.scoring import build_row
+    from toolformer.lm.scoring import build_row
 
     def run():
         for reqs in cands[:limit_n]:
@@ -125,15 +125,15 @@ def bench_reference(model, texts, cands, device, limit_n: int) -> float:
 
 
 def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
-    from toolformer.calls import STYLES
-    from toolformer.sampler import Sampler
-    from toolformer.textpos import tokenize_text
-    from toolformer.tokenizer import train_tokenizer
+    from toolformer.lm.sampler import Sampler
+    from toolformer.lm.textpos import tokenize_text
+    from toolformer.lm.tokenizer import train_tokenizer
     from toolformer.tools import REGISTRY
+    from toolformer.tools.calls import STYLES
 
     global _TOK
     if "_TOK" not in globals():
-        from toolformer.modeling import tiny_tokenizer_texts
+        from toolformer.lm.modeling import tiny_tokenizer_texts
 
         _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)  # the repository's data/
     tok = _TOK
@@ -194,10 +194,10 @@ def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     sharing, shared rows, and shared rows + shared call prefixes: seconds, tokens, kept."""
     import itertools
 
-    from toolformer.config import PipelineConfig
-    from toolformer.configuration import load_config
-    from toolformer.modeling import load
-    from toolformer.runfolder import Stage, read_documents
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.lm.modeling import load
+    from toolformer.run.folder import Stage, read_documents
     from toolformer.stages.filter import CandidateScorer
 
     cfg = load_config(PipelineConfig, config, [])
@@ -241,8 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
                    "--candidates executed calls of this config's run folder (e.g. configs/demo.yaml after the demo)")
     a = p.parse_args(argv)
-    from toolformer.modeling import resolve_device, resolve_dtype, set_threads
-    from toolformer.scoring import LossScorer
+    from toolformer.lm.modeling import resolve_device, resolve_dtype, set_threads
+    from toolformer.lm.scoring import LossScorer
 
     if a.quick:
         a.model, a.candidates, a.naive_n, a.sample_docs = "tiny", 600, 20, 8

@@ -2,13 +2,13 @@
 
 Each stage command runs one stage of the pipeline on the run folder named in
 the config; ``run`` runs the stages listed in ``stages`` in order. Before any
-work, the paths the stages read are checked (:mod:`toolformer.inputs`) and
+work, the paths the stages read are checked (:mod:`toolformer.run.inputs`) and
 the run folder is claimed and locked for the whole command
-(:mod:`toolformer.runguard`). Exit codes: 0 success, 1 a tool error
+(:mod:`toolformer.run.guard`). Exit codes: 0 success, 1 a tool error
 (``tool``), a failed stage or a full disk, 2 a usage or config error (a
 missing path, a folder that is not toolformer's or is in use), 128 + the
 signal number when stopped by SIGINT (130) or SIGTERM (143), with one line
-saying what was kept (:mod:`toolformer.stops`).
+saying what was kept (:mod:`toolformer.run.stops`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import sys
 from contextlib import ExitStack
 from pathlib import Path
 
-from toolformer import stops
-from toolformer.config import STAGES, PipelineConfig
-from toolformer.configuration import ConfigError, load_config
+from toolformer.config.load import ConfigError, load_config
+from toolformer.config.schema import STAGES, PipelineConfig
+from toolformer.run import stops
 from toolformer.stages import run_stage
 
 STAGE_HELP = {
@@ -117,8 +117,8 @@ def _load(args) -> PipelineConfig:
 
 
 def cmd_tool(args) -> int:
-    from toolformer.sandbox import build_sandbox
     from toolformer.tools import REGISTRY, build_tool
+    from toolformer.tools.sandbox import build_sandbox
 
     cfg = _load(args)
     if args.name not in REGISTRY:
@@ -137,7 +137,7 @@ def cmd_tool(args) -> int:
 
 
 def cmd_tiny_model(args) -> int:
-    from toolformer.modeling import write_tiny_model
+    from toolformer.lm.modeling import write_tiny_model
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -185,7 +185,7 @@ def held_folders(cfg: PipelineConfig, command: str) -> list[tuple[str, str]]:
 
 
 def cmd_generate(args) -> int:
-    from toolformer.generate import cli_generate
+    from toolformer.lm.generate import cli_generate
 
     return cli_generate(args)
 
@@ -248,8 +248,8 @@ def dispatch(args) -> int:
     """Run one parsed command; errors propagate to :func:`main`. A writing
     command first checks the paths its stages read, then claims and locks
     every folder it writes (all checked before any is created)."""
-    from toolformer.inputs import check_reads
-    from toolformer.runguard import check_owned, claim
+    from toolformer.run.guard import check_owned, claim
+    from toolformer.run.inputs import check_reads
 
     if args.command in PLAIN_COMMANDS:
         return PLAIN_COMMANDS[args.command](args)
@@ -267,7 +267,7 @@ def dispatch(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from toolformer.runfolder import disk_full
+    from toolformer.run.folder import disk_full
 
     parser = build_parser()
     args, extra = parser.parse_known_args(tool_argv(list(sys.argv[1:] if argv is None else argv)))

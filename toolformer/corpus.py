@@ -28,9 +28,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolformer.config import CorpusConfig
-from toolformer.inputs import check_hub, require
-from toolformer.runfolder import GOLD_CALLS
+from toolformer.config.schema import CorpusConfig
+from toolformer.run.folder import GOLD_CALLS
+from toolformer.run.inputs import check_hub, require
 
 # Name ending -> (format, compression); the longest matching ending counts.
 SUFFIXES = {".jsonl": ("json", None), ".jsonl.gz": ("json", "gzip"), ".jsonl.zst": ("json", "zstd"),

@@ -19,10 +19,10 @@ import json
 import time
 from pathlib import Path
 
-from toolformer.config import ExtraModel, PipelineConfig, TaskConfig
+from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
+from toolformer.inspect.view import gold_summary
 from toolformer.pipeline import save_resolved_config
-from toolformer.runfolder import Stage, atomic_write_text
-from toolformer.runview import gold_summary
+from toolformer.run.folder import Stage, atomic_write_text
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
 
@@ -55,7 +55,7 @@ def control_dataset(cfg: PipelineConfig) -> Path:
     every run (a second or two), so it follows the build stage's data set."""
     import datasets
 
-    from toolformer.runfolder import read_documents
+    from toolformer.run.folder import read_documents
     from toolformer.stages.build import save_dataset
 
     out = Path(cfg.run_dir) / "control" / "dataset"

@@ -6,9 +6,9 @@ import json
 import time
 from pathlib import Path
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import dump_yaml
-from toolformer.runfolder import atomic_write_text
+from toolformer.config.load import dump_yaml
+from toolformer.config.schema import PipelineConfig
+from toolformer.run.folder import atomic_write_text
 
 
 def save_resolved_config(cfg: PipelineConfig) -> Path:

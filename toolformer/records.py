@@ -86,6 +86,13 @@ STAGE_RECORDS: dict[str, type] = {"sample": SampleRecord, "execute": ExecuteReco
 KEPT_REQUIRED = ("doc_id", "tool", "input", "result", "char_start", "call_text", "loss_minus", "loss_plus")
 
 
+def margin(record: dict) -> float | None:
+    """L⁻ − L⁺ of a filter record: how much the call with its result lowers the
+    loss; None when it has no losses."""
+    lm, lp = record.get("loss_minus"), record.get("loss_plus")
+    return None if lm is None or lp is None else float(lm) - float(lp)
+
+
 def fields(record: type) -> dict[str, tuple[object, str]]:
     """name -> (type, meaning) of a record type, in declaration order (bases first)."""
     hints = typing.get_type_hints(record, include_extras=True)

@@ -2,7 +2,7 @@
 
 Each module ``toolformer.stages.<name>`` has ``run_stage(cfg, force=False,
 **options)`` (:class:`StageFunction`): it reads the previous stage's output
-from the run folder, writes its own (see ``runfolder``) and returns a
+from the run folder, writes its own (see :mod:`toolformer.run.folder`) and returns a
 :class:`StageResult`. :func:`run_stage` here runs one of them by name; the
 command line, the pipeline and the demo all go through it."""
 
@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolformer.config import STAGES, PipelineConfig
-from toolformer.configuration import config_hash, to_dict
-from toolformer.runfolder import Stage
+from toolformer.config.load import config_hash, to_dict
+from toolformer.config.schema import STAGES, PipelineConfig
+from toolformer.run.folder import Stage
 
 # Sections every stage depends on; each stage also depends on its own section
 # and those of the stages before it.
@@ -44,7 +44,7 @@ class StageFunction(Protocol):
 
 
 def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
-    """Run stage ``name`` (one of :data:`~toolformer.config.STAGES`): the
+    """Run stage ``name`` (one of :data:`~toolformer.config.schema.STAGES`): the
     ``run_stage`` of ``toolformer.stages.<name>``."""
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r} (known: {', '.join(STAGES)})")

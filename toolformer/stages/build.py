@@ -31,10 +31,9 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from toolformer.calls import insert_calls
-from toolformer.config import PipelineConfig
-from toolformer.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, type_name
-from toolformer.runfolder import (
+from toolformer.config.schema import PipelineConfig
+from toolformer.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, margin, type_name
+from toolformer.run.folder import (
     Stage,
     atomic_write_text,
     disk_full,
@@ -44,8 +43,8 @@ from toolformer.runfolder import (
     iter_jsonl,
     read_documents,
 )
-from toolformer.runview import margin  # L⁻ − L⁺: how much the call with its result lowers the loss
 from toolformer.stages import StageResult, start
+from toolformer.tools.calls import insert_calls
 
 DATASET = "dataset"
 AUGMENTED = "augmented.jsonl"
@@ -170,43 +169,11 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     docs_by_id = {str(k): d for k, d in docs.items()}
     kept = read_kept(filter_stage.dir)
 
-    rejected: list[dict] = []
-    valid: list[dict] = []
-    for r in kept:
-        doc = docs_by_id.get(str(r["doc_id"]))
-        if doc is None:
-            rejected.append({"where": r["_where"], "doc_id": r["doc_id"],
-                             "reason": "doc_id not in sample/documents.jsonl"})
-        elif not 0 <= int(r["char_start"]) <= len(doc["text"]):
-            rejected.append({"where": r["_where"], "doc_id": r["doc_id"],
-                             "reason": f"char_start {r['char_start']} outside text of length {len(doc['text'])}"})
-        else:
-            valid.append(r)
+    valid, rejected = check_positions(kept, docs_by_id)
     winners, n_competing = best_per_position(valid)
     calls, capped = cap_per_tool(winners, cfg.build.max_per_tool)
 
-    calls_by_doc: dict[str, list[dict]] = {}
-    for r in calls:
-        calls_by_doc.setdefault(str(r["doc_id"]), []).append(r)
-    augmented_rows: list[dict] = []
-    pool: list[dict] = []
-    bar = tqdm(docs_by_id.items(), desc="build: insert calls", unit="doc", disable=len(docs_by_id) < 1000)
-    for doc_id, doc in bar:
-        if doc_id in calls_by_doc:
-            augmented_rows.append(augment(doc, calls_by_doc[doc_id], cfg.calls.separator))
-        else:
-            pool.append(doc)
-    extra = read_plain(cfg.build.plain_path) if cfg.build.plain_path else []
-    clash = next((d["doc_id"] for d in extra if d["doc_id"] in docs_by_id), None)
-    if clash is not None:
-        raise ValueError(f"{cfg.build.plain_path}: id {clash!r} is also a corpus document id")
-    chosen = {str(d["doc_id"]): d for d in choose_plain(pool + extra, len(augmented_rows), cfg)}
-    aug_by_id = {r["doc_id"]: r for r in augmented_rows}
-    # Corpus order, augmented and plain documents interleaved as they come; then the chosen extra ones.
-    rows = [aug_by_id[i] if i in aug_by_id else plain(docs_by_id[i])
-            for i in docs_by_id if i in aug_by_id or i in chosen]
-    rows += [plain(d) for d in extra if d["doc_id"] in chosen]
-
+    augmented_rows, rows = dataset_rows(cfg, docs_by_id, calls)
     save_dataset(rows, run.stage.dir / DATASET)
     fault_point("build", 1)  # kill-and-resume tests: dies with the data set written, manifest not
     by_eye = ({"doc_id": r["doc_id"], "calls": json.loads(r["calls"]), "text": r["text"]} for r in augmented_rows)
@@ -226,13 +193,63 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     }
     run.stage.finish(run.hash, cfg.seed, counts, dataset=str(run.stage.dir / DATASET))
 
+    print(summary_line(counts, per_tool, capped))
+    return run.result()
+
+
+def check_positions(kept: list[dict], docs_by_id: dict[str, dict]) -> tuple[list[dict], list[dict]]:
+    """(kept calls whose document and offset exist, rejected records with the reason)."""
+    rejected: list[dict] = []
+    valid: list[dict] = []
+    for r in kept:
+        doc = docs_by_id.get(str(r["doc_id"]))
+        if doc is None:
+            rejected.append({"where": r["_where"], "doc_id": r["doc_id"],
+                             "reason": "doc_id not in sample/documents.jsonl"})
+        elif not 0 <= int(r["char_start"]) <= len(doc["text"]):
+            rejected.append({"where": r["_where"], "doc_id": r["doc_id"],
+                             "reason": f"char_start {r['char_start']} outside text of length {len(doc['text'])}"})
+        else:
+            valid.append(r)
+    return valid, rejected
+
+
+def dataset_rows(cfg: PipelineConfig, docs_by_id: dict[str, dict],
+                 calls: list[dict]) -> tuple[list[DatasetRow], list[DatasetRow]]:
+    """(the augmented rows, every row of the data set): the documents with
+    calls inline and plain ones mixed in (``build.plain_ratio``), in corpus
+    order, then the chosen documents of ``build.plain_path``."""
+    calls_by_doc: dict[str, list[dict]] = {}
+    for r in calls:
+        calls_by_doc.setdefault(str(r["doc_id"]), []).append(r)
+    augmented_rows: list[DatasetRow] = []
+    pool: list[dict] = []
+    bar = tqdm(docs_by_id.items(), desc="build: insert calls", unit="doc", disable=len(docs_by_id) < 1000)
+    for doc_id, doc in bar:
+        if doc_id in calls_by_doc:
+            augmented_rows.append(augment(doc, calls_by_doc[doc_id], cfg.calls.separator))
+        else:
+            pool.append(doc)
+    extra = read_plain(cfg.build.plain_path) if cfg.build.plain_path else []
+    clash = next((d["doc_id"] for d in extra if d["doc_id"] in docs_by_id), None)
+    if clash is not None:
+        raise ValueError(f"{cfg.build.plain_path}: id {clash!r} is also a corpus document id")
+    chosen = {str(d["doc_id"]): d for d in choose_plain(pool + extra, len(augmented_rows), cfg)}
+    aug_by_id = {r["doc_id"]: r for r in augmented_rows}
+    # Corpus order, augmented and plain documents interleaved as they come; then the chosen extra ones.
+    rows = [aug_by_id[i] if i in aug_by_id else plain(docs_by_id[i])
+            for i in docs_by_id if i in aug_by_id or i in chosen]
+    rows += [plain(d) for d in extra if d["doc_id"] in chosen]
+    return augmented_rows, rows
+
+
+def summary_line(counts: dict, per_tool: Counter, capped: dict[str, int]) -> str:
     tools = ", ".join(f"{t} {n:,}" for t, n in per_tool.most_common())
     line = (f"build: {counts['augmented']:,} augmented documents with {counts['calls']:,} calls"
             f"{f' ({tools})' if tools else ''}; {counts['plain']:,} plain mixed in")
-    if n_competing or capped or rejected:
-        extra = [f"{n_competing:,} competing calls dropped"] if n_competing else []
+    if counts["competing_dropped"] or capped or counts["rejected"]:
+        extra = [f"{counts['competing_dropped']:,} competing calls dropped"] if counts["competing_dropped"] else []
         extra += [f"{sum(capped.values()):,} over max_per_tool"] if capped else []
-        extra += [f"{len(rejected):,} rejected (build/rejected.jsonl)"] if rejected else []
+        extra += [f"{counts['rejected']:,} rejected (build/rejected.jsonl)"] if counts["rejected"] else []
         line += "; " + ", ".join(extra)
-    print(line)
-    return run.result()
+    return line

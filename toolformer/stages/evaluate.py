@@ -27,12 +27,11 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from toolformer.calls import get_style
-from toolformer.config import PipelineConfig, TaskConfig
-from toolformer.generate import generate_with_tools, load_model_folder
-from toolformer.modeling import _check_local, bos_ids, model_window, set_threads
-from toolformer.runfolder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
-from toolformer.sandbox import build_sandbox
+from toolformer.config.schema import PipelineConfig, TaskConfig
+from toolformer.lm.generate import generate_with_tools, load_model_folder
+from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
+from toolformer.lm.training import IGNORE_INDEX, row_nll
+from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.stages import StageResult, start
 from toolformer.tasks import (
     TaskData,
@@ -43,7 +42,8 @@ from toolformer.tasks import (
     math_score,
     qa_score,
 )
-from toolformer.training import IGNORE_INDEX, row_nll
+from toolformer.tools.calls import get_style
+from toolformer.tools.sandbox import build_sandbox
 
 ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
 PPL_TOKENS = 16384  # token budget of one perplexity forward
@@ -208,45 +208,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
     set_threads(cfg.model.threads)
     sandbox = build_sandbox(cfg) if any(r.tools for r in rows) else None
 
-    results: dict[str, dict] = {}
-    ppl_by_path: dict[str, tuple[float, int]] = {}
-    kinds = {tc.name: tc.kind for tc, _, _ in tasks}
-    path = model = tok = None
-    for row in rows:
-        if row.path != path:
-            model = tok = None  # free the previous model before loading the next
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-            model, tok = _load_row_model(cfg, row.path)
-            path = row.path
-        cells, n_items, n_calls = {}, 0, 0
-        for tc, fmt, data in tasks:
-            records = evaluate_task(model, tok, row, tc, fmt, data, sandbox, cfg)
-            atomic_write_text(out_dir / "predictions" / row.name / f"{tc.name}.jsonl",
-                              "".join(dumps(r) + "\n" for r in records))
-            n = len(records)
-            correct = sum(r["correct"] for r in records)
-            with_calls = sum(bool(r["calls"]) for r in records)
-            cells[tc.name] = {"accuracy": correct / n, "call_rate": with_calls / n, "n": n, "correct": correct,
-                              "with_calls": with_calls}
-            n_items, n_calls = n_items + n, n_calls + with_calls
-        ppl = (None, None)
-        if texts is not None and row.name != "toolformer":
-            if row.path not in ppl_by_path:
-                ppl_by_path[row.path] = perplexity(model, tok, texts, model_window(model, cfg.model),
-                                                   desc=f"perplexity {row.name}")
-            ppl = ppl_by_path[row.path]
-        results[row.name] = {
-            "model": row.path, "tools": row.tools, "tasks": cells,
-            "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
-            "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
-            "perplexity": ppl[0], "perplexity_tokens": ppl[1],
-            "call_rate": n_calls / n_items if n_items else None,
-        }
-    model = tok = None
-    gc.collect()
-
+    results = evaluate_rows(cfg, rows, tasks, texts, sandbox, out_dir)
     summary = {
         "rows": results,
         "models": {r.name: r.path for r in rows},
@@ -319,3 +281,60 @@ def summary_line(summary: dict, out_dir: Path) -> str:
         parts.append(part)
     return (f"evaluate: {len(summary['rows'])} row(s) × {len(summary['tasks'])} task(s), {n_items:,} items per row; "
             f"correct: " + "; ".join(parts) + f"; results in {out_dir / 'results.md'}")
+
+
+def _release_memory() -> None:
+    """Return the memory of models no longer referenced (before loading the next)."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _row_cells(model, tok, row: EvalVariant, tasks, sandbox, cfg: PipelineConfig, out_dir: Path) -> dict:
+    """Accuracy and call rate of one row on every task; per-item predictions written."""
+    cells = {}
+    for tc, fmt, data in tasks:
+        records = evaluate_task(model, tok, row, tc, fmt, data, sandbox, cfg)
+        atomic_write_text(out_dir / "predictions" / row.name / f"{tc.name}.jsonl",
+                          "".join(dumps(r) + "\n" for r in records))
+        n = len(records)
+        correct = sum(r["correct"] for r in records)
+        with_calls = sum(bool(r["calls"]) for r in records)
+        cells[tc.name] = {"accuracy": correct / n, "call_rate": with_calls / n, "n": n, "correct": correct,
+                          "with_calls": with_calls}
+    return cells
+
+
+def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: list[str] | None, sandbox,
+                  out_dir: Path) -> dict[str, dict]:
+    """Every row on every task (a model folder loaded once for the rows that share it), and the perplexity of
+    each model folder once (not for the toolformer row: it is the disabled row's model)."""
+    results: dict[str, dict] = {}
+    ppl_by_path: dict[str, tuple[float, int]] = {}
+    kinds = {tc.name: tc.kind for tc, _, _ in tasks}
+    path = model = tok = None
+    for row in rows:
+        if row.path != path:
+            model = tok = None
+            _release_memory()
+            model, tok = _load_row_model(cfg, row.path)
+            path = row.path
+        cells = _row_cells(model, tok, row, tasks, sandbox, cfg, out_dir)
+        ppl = (None, None)
+        if texts is not None and row.name != "toolformer":
+            if row.path not in ppl_by_path:
+                ppl_by_path[row.path] = perplexity(model, tok, texts, model_window(model, cfg.model),
+                                                   desc=f"perplexity {row.name}")
+            ppl = ppl_by_path[row.path]
+        n_items = sum(c["n"] for c in cells.values())
+        n_calls = sum(c["with_calls"] for c in cells.values())
+        results[row.name] = {
+            "model": row.path, "tools": row.tools, "tasks": cells,
+            "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
+            "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
+            "perplexity": ppl[0], "perplexity_tokens": ppl[1],
+            "call_rate": n_calls / n_items if n_items else None,
+        }
+    model = tok = None
+    _release_memory()
+    return results

@@ -10,12 +10,12 @@ from collections import defaultdict
 
 from tqdm.auto import tqdm
 
-from toolformer.config import PipelineConfig
+from toolformer.config.schema import PipelineConfig
 from toolformer.records import ExecuteRecord
-from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
-from toolformer.sandbox import build_sandbox
+from toolformer.run.folder import Stage, fmt_pct, read_documents, run_sharded
 from toolformer.stages import StageResult, start
 from toolformer.stages.sample import check_tools
+from toolformer.tools.sandbox import build_sandbox
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:

@@ -17,15 +17,15 @@ import os
 
 from tqdm.auto import tqdm
 
-from toolformer.calls import get_style
-from toolformer.config import PipelineConfig
-from toolformer.losses import is_kept, loss_minus
-from toolformer.modeling import DTYPES, bos_ids, load, model_window, set_threads
+from toolformer.config.schema import PipelineConfig
+from toolformer.lm.losses import is_kept, loss_minus
+from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads
+from toolformer.lm.scoring import LossRequest, LossScorer
+from toolformer.lm.textpos import tokenize_text
 from toolformer.records import FilterRecord
-from toolformer.runfolder import Stage, fmt_pct, read_documents, run_sharded
-from toolformer.scoring import LossRequest, LossScorer
+from toolformer.run.folder import Stage, fmt_pct, read_documents, run_sharded
 from toolformer.stages import StageResult, start
-from toolformer.textpos import tokenize_text
+from toolformer.tools.calls import get_style
 
 
 def tau_for(cfg: PipelineConfig, tool: str) -> float:

@@ -4,7 +4,7 @@ Reads ``RUN_DIR/build/dataset`` (or ``finetune.dataset``: any ``save_to_disk``
 folder with a ``text`` column, e.g. the same documents without calls for a
 control model), holds out ``finetune.dev_ratio`` of the documents for dev
 perplexity, packs the rest into rows of ``finetune.max_length`` tokens and
-trains with :func:`toolformer.training.train_causal_lm` (the paper: batch 128,
+trains with :func:`toolformer.lm.training.train_causal_lm` (the paper: batch 128,
 lr 1e-5, 10 % linear warm-up, at most 2k steps, best model by dev perplexity).
 
 Writes the model with ``save_pretrained`` (model and tokenizer, call tokens
@@ -27,12 +27,12 @@ from pathlib import Path
 
 import torch
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import config_hash, dump_yaml
-from toolformer.runfolder import Stage, atomic_write_text
-from toolformer.runguard import check_finetune_output
+from toolformer.config.load import config_hash, dump_yaml
+from toolformer.config.schema import PipelineConfig
+from toolformer.lm.training import TrainArgs, pack_sequences, train_causal_lm, use_cpu
+from toolformer.run.folder import Stage, atomic_write_text
+from toolformer.run.guard import check_finetune_output
 from toolformer.stages import StageResult, seed_everything, stage_hash, start
-from toolformer.training import TrainArgs, pack_sequences, train_causal_lm, use_cpu
 
 # Fields that may change between runs without invalidating the checkpoints:
 # raising max_steps continues training, the others only change bookkeeping.
@@ -129,13 +129,13 @@ Load with `AutoModelForCausalLM.from_pretrained(...)` and `AutoTokenizer.from_pr
 def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     from accelerate import PartialState
 
-    from toolformer.calls import get_style
-    from toolformer.modeling import (
+    from toolformer.lm.modeling import (
         load_model,
         load_tokenizer,
         model_window,
         set_threads,
     )
+    from toolformer.tools.calls import get_style
 
     check_finetune_output(cfg)  # never save over the model (or data) being read
     state = PartialState(cpu=use_cpu())

@@ -15,16 +15,16 @@ from collections import defaultdict
 import torch
 from tqdm.auto import tqdm
 
-from toolformer.calls import get_style
-from toolformer.config import PipelineConfig
+from toolformer.config.schema import PipelineConfig
 from toolformer.corpus import read_corpus, split_windows
-from toolformer.modeling import bos_ids, load, model_window, set_threads
-from toolformer.proposers import RULE_TOOLS, passes_prefilter, propose
+from toolformer.lm.modeling import bos_ids, load, model_window, set_threads
+from toolformer.lm.textpos import tokenize_text
 from toolformer.records import SampleRecord
-from toolformer.runfolder import fmt_pct, run_sharded, write_documents
+from toolformer.run.folder import fmt_pct, run_sharded, write_documents
 from toolformer.stages import StageResult, start
-from toolformer.textpos import tokenize_text
+from toolformer.stages.proposers import RULE_TOOLS, passes_prefilter, propose
 from toolformer.tools import REGISTRY, build_tool, render_prompt
+from toolformer.tools.calls import get_style
 
 METHODS = ("sampler", "rules", "both")
 
@@ -110,8 +110,8 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
 
 
 def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], model, tok) -> dict:
-    """A :class:`~toolformer.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples."""
-    from toolformer.sampler import Sampler
+    """A :class:`~toolformer.lm.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples."""
+    from toolformer.lm.sampler import Sampler
 
     style = get_style(cfg.calls.style)
     samplers = {}

@@ -16,7 +16,7 @@ REGISTRY: dict[str, type[Tool]] = {t.name: t for t in (Calculator, Calendar, Wik
 
 def build_tool(name: str, cfg=None) -> Tool:
     """Instantiate tool ``name`` with paths and limits from a ToolsConfig."""
-    from toolformer.config import ToolsConfig
+    from toolformer.config.schema import ToolsConfig
 
     cfg = cfg or ToolsConfig()
     if name not in REGISTRY:

@@ -19,7 +19,7 @@ def read_collection(path: str | Path, required: tuple[str, ...]) -> list[dict]:
     path = Path(path)
     if not path.exists():
         raise ToolError("missing_data", f"{path}: file not found")
-    from toolformer.runfolder import read_jsonl
+    from toolformer.run.folder import read_jsonl
 
     return read_jsonl(path, required)
 

@@ -21,8 +21,8 @@ import random
 import re
 from collections import defaultdict
 
-from toolformer.calls import get_style
 from toolformer.tools.calendar import date_sentence
+from toolformer.tools.calls import get_style
 from toolformer.world.arithmetic import OP_NAMES, OPS, Item, Split, earlier, filler, make_item
 from toolformer.world.entities import TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 

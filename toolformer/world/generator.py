@@ -35,9 +35,9 @@ import random
 import time
 from pathlib import Path
 
-from toolformer.config import PipelineConfig
-from toolformer.configuration import config_hash
-from toolformer.runfolder import atomic_write_text, dumps
+from toolformer.config.load import config_hash
+from toolformer.config.schema import PipelineConfig
+from toolformer.run.folder import atomic_write_text, dumps
 from toolformer.world.arithmetic import split_forms
 from toolformer.world.corpora import (
     OPS,

@@ -1,6 +1,6 @@
 """``pretrain_base_model(cfg)``: the small world's base model, trained from scratch.
 
-1. A BPE tokenizer (:func:`toolformer.tokenizer.train_tokenizer`) on the
+1. A BPE tokenizer (:func:`toolformer.lm.tokenizer.train_tokenizer`) on the
    pre-training and annotation texts, the annotation texts with their gold
    calls inline (the shape of the fine-tuning data, so `` [`` is one token) and
    the tool names: one token per digit; ``[``, ``]``, ``(``, ``)``, ``→`` and
@@ -11,7 +11,7 @@
    copying from a prefix appeared between steps 1,500 and 1,750 of 32x128
    tokens; packed whole (about a quarter of the tokens padding) it was still
    weak at 2,000.
-3. :func:`toolformer.training.train_causal_lm` on pretrain.jsonl packed into
+3. :func:`toolformer.lm.training.train_causal_lm` on pretrain.jsonl packed into
    rows that each start with BOS, as every prompt and filter sequence does
    (``pretrain.packing``);
    the best model by dev perplexity (held-out pre-training documents) is kept.
@@ -37,11 +37,11 @@ import shutil
 import time
 from pathlib import Path
 
-from toolformer.calls import get_style, insert_calls
-from toolformer.config import PipelineConfig
-from toolformer.configuration import config_hash, dump_yaml
-from toolformer.modeling import set_threads
-from toolformer.runfolder import atomic_write_text, read_jsonl, versions
+from toolformer.config.load import config_hash, dump_yaml
+from toolformer.config.schema import PipelineConfig
+from toolformer.lm.modeling import set_threads
+from toolformer.run.folder import atomic_write_text, read_jsonl, versions
+from toolformer.tools.calls import get_style, insert_calls
 from toolformer.world.generator import base_model_dir, ensure_world, world_paths
 from toolformer.world.probe import call_items, call_probe, copy_probe, probe_items, run_probe
 
@@ -99,7 +99,7 @@ def pack_with_bos(tokenizer, texts: list[str], seq_len: int, packing: str = "str
     added; ``whole``: no document that fits in a row is split across two."""
     import torch
 
-    from toolformer.training import pack_sequences
+    from toolformer.lm.training import pack_sequences
 
     if packing == "whole":
         return pack_sequences(tokenizer, texts, seq_len, whole_documents=True)  # (N, T)
@@ -208,9 +208,9 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
         return out
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
     set_threads(pc.threads)
+    from toolformer.lm.tokenizer import train_tokenizer
+    from toolformer.lm.training import IGNORE_INDEX, TrainArgs, train_causal_lm
     from toolformer.stages import seed_everything
-    from toolformer.tokenizer import train_tokenizer
-    from toolformer.training import IGNORE_INDEX, TrainArgs, train_causal_lm
 
     ensure_world(cfg)
     paths = world_paths(cfg)

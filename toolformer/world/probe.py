@@ -4,7 +4,7 @@ The filter keeps a call only if its result, as a prefix before the whole
 text, lowers the weighted loss L_i at the answer (docs/design.md: a model that
 cannot copy from a prefix keeps nothing). For items of the annotation corpus
 whose gold call is known, this computes, exactly as the filter does
-(:class:`toolformer.scoring.LossScorer`, sequence = [BOS] + tokens(z +
+(:class:`toolformer.lm.scoring.LossScorer`, sequence = [BOS] + tokens(z +
 separator) + tokens(text)):
 
 * ``loss_correct``: L_i(e(c, r)) with the right result,
@@ -40,11 +40,11 @@ from pathlib import Path
 
 import torch
 
-from toolformer.calls import get_style
-from toolformer.modeling import bos_ids, set_threads
-from toolformer.runfolder import read_jsonl
-from toolformer.scoring import LossRequest, LossScorer
-from toolformer.textpos import tokenize_text
+from toolformer.lm.modeling import bos_ids, set_threads
+from toolformer.lm.scoring import LossRequest, LossScorer
+from toolformer.lm.textpos import tokenize_text
+from toolformer.run.folder import read_jsonl
+from toolformer.tools.calls import get_style
 from toolformer.world.generator import base_model_dir, world_paths
 
 MATH_PROMPT = "{question} The answer is"

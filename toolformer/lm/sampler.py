@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from toolformer.calls import CallStyle, parse_calls
-from toolformer.modeling import cache_kwarg, output_cache
-from toolformer.textpos import TokenizedText, marker_token_ids
+from toolformer.lm.modeling import cache_kwarg, output_cache
+from toolformer.lm.textpos import TokenizedText, marker_token_ids
+from toolformer.tools.calls import CallStyle, parse_calls
 
 
 @dataclass

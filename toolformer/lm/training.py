@@ -25,7 +25,7 @@ by :func:`train_causal_lm`; its settings are :class:`TrainArgs`, built from
   rerun continues from the last complete one.
 * Runs alone, or data-parallel under ``accelerate launch --num_processes N``;
   only the main process writes files other than checkpoint shards.
-* Stops cleanly (:mod:`toolformer.stops`): a SIGINT or SIGTERM during a step
+* Stops cleanly (:mod:`toolformer.run.stops`): a SIGINT or SIGTERM during a step
   lets the step finish, writes a checkpoint (every process agrees on the step)
   and raises ``Stopped``. The model is saved into a temporary folder and its
   files renamed into ``output_dir``, and a checkpoint that fails is deleted,
@@ -50,10 +50,10 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from toolformer import stops
-from toolformer.config import FinetuneConfig, check_training_choices
-from toolformer.modeling import bos_ids
-from toolformer.runfolder import atomic_write_text, disk_full, disk_full_error, fault_point
+from toolformer.config.schema import FinetuneConfig, check_training_choices
+from toolformer.lm.modeling import bos_ids
+from toolformer.run import stops
+from toolformer.run.folder import atomic_write_text, disk_full, disk_full_error, fault_point
 
 # Fills the padded tail of the last packed row; ignored by the loss and masked
 # from attention (any real id is substituted before the forward pass).
@@ -120,7 +120,7 @@ _FT = FinetuneConfig()  # the defaults of the loop's settings: declared once, in
 
 @dataclass
 class TrainArgs:
-    """The loop's settings: the training fields of :class:`~toolformer.config.FinetuneConfig`
+    """The loop's settings: the training fields of :class:`~toolformer.config.schema.FinetuneConfig`
     (their meaning and defaults are declared there) and the seed of the row order and dropout.
     Stages build it with :meth:`from_config`; the small world's pre-training sets its own values."""
 

@@ -109,6 +109,6 @@ def check_reads(cfg, stages: list[str] | tuple[str, ...]) -> None:
         else:
             require(key, path, kind)
     if "finetune" in stages:
-        from toolformer.runguard import check_finetune_output
+        from toolformer.run.guard import check_finetune_output
 
         check_finetune_output(cfg)

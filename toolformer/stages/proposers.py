@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 
-from toolformer.textpos import TokenizedText
+from toolformer.lm.textpos import TokenizedText
 
 # A number as written in prose: 1,234.5 or 17 or 0.25.
 NUMBER = re.compile(r"(?<![\w.])(\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?![\w])")

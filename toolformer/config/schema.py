@@ -2,7 +2,7 @@
 
 Every field has a type, a default and a one-line meaning (with units). The YAML
 files in ``configs/`` set these fields; ``key=value`` on the command line
-overrides them (``filter.tau_filter=0.5``). See :mod:`toolformer.configuration`
+overrides them (``filter.tau_filter=0.5``). See :mod:`toolformer.config.load`
 for loading and validation.
 """
 
@@ -41,7 +41,7 @@ class CallsConfig:
     """Text between an inline call and what follows it; also after a call used as a filter prefix."""
 
     def validate(self) -> None:
-        from toolformer.calls import STYLES
+        from toolformer.tools.calls import STYLES
 
         if self.style not in STYLES:
             raise ValueError(f"style: {self.style!r} is not one of {sorted(STYLES)}")

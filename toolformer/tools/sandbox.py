@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 from toolformer.tools.base import Tool, ToolError
 
 if TYPE_CHECKING:
-    from toolformer.calls import CallStyle
-    from toolformer.config import PipelineConfig
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.tools.calls import CallStyle
 
 
 @dataclass(frozen=True)
@@ -156,8 +156,8 @@ def build_sandbox(cfg: PipelineConfig, tools: dict[str, Tool] | None = None, cac
     ``→`` would read as a call of its own, in the training data (execute) as
     in generation (evaluate, ``toolformer generate``).
     """
-    from toolformer.calls import get_style
     from toolformer.tools import build_tools
+    from toolformer.tools.calls import get_style
 
     tools = build_tools(cfg.tools) if tools is None else tools
     return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency, cache=cache,

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 
 import torch
 
-from toolformer.losses import loss_weights
-from toolformer.modeling import cache_kwarg, output_cache
-from toolformer.sampler import _left_pad, batches_by_budget
+from toolformer.lm.losses import loss_weights
+from toolformer.lm.modeling import cache_kwarg, output_cache
+from toolformer.lm.sampler import _left_pad, batches_by_budget
 
 MIN_SHARED = 4  # shorter shared prefixes are not worth a second forward
 

@@ -1,6 +1,6 @@
 """Loading typed configuration from YAML with ``key=value`` overrides.
 
-Configs are plain dataclasses (see :mod:`toolformer.config`). This module turns
+Configs are plain dataclasses (see :mod:`toolformer.config.schema`). This module turns
 nested dicts into them, checking every key and type, and reports errors with
 the file and the dotted key, e.g. ``configs/tiny.yaml: filter.tau_filtr:
 unknown key``.

@@ -5,7 +5,7 @@
   an empty folder is marked the same way. A folder that is not empty and has
   no marker is refused (exit 2, the fix in the message), before anything in it
   is touched. Inside an owned folder the stages delete only their own files
-  (:meth:`toolformer.runfolder.Stage.begin`).
+  (:meth:`toolformer.run.folder.Stage.begin`).
 * **Lock.** A command that writes into a folder holds an exclusive
   ``fcntl.flock`` on ``.toolformer-lock`` in it for as long as it runs; the
   kernel releases the lock when the process ends, however it ends. The lock

@@ -26,7 +26,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from toolformer import stops
+from toolformer.run import stops
 
 MANIFEST = "manifest.json"
 STARTED = "started.json"
@@ -164,7 +164,7 @@ class Stage:
         """
         started = self.dir / STARTED
         if not self.dir.parent.exists():
-            from toolformer.runguard import mark
+            from toolformer.run.guard import mark
 
             mark(self.dir.parent)  # a run folder toolformer creates carries its marker
         if self.dir.exists():

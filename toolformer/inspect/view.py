@@ -4,7 +4,7 @@ and, when the documents carry gold calls, the kept calls' precision and recall
 against them.
 
 Pure data, no printing: :mod:`toolformer.stages.inspect` prints it and
-:mod:`toolformer.report` writes the HTML pages. Works on whatever call stages
+:mod:`toolformer.inspect.report` writes the HTML pages. Works on whatever call stages
 exist (sample only, sample + execute, or a full run) and on a stage that was
 interrupted (shards but no manifest, "partial").
 """
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolformer.records import required
-from toolformer.runfolder import DOCUMENTS, GOLD_CALLS, MANIFEST, read_documents, read_jsonl
+from toolformer.records import margin, required
+from toolformer.run.folder import DOCUMENTS, GOLD_CALLS, MANIFEST, read_documents, read_jsonl
 
 CALL_STAGES = ("sample", "execute", "filter")
 LATER_STAGES = ("build", "finetune", "evaluate")
@@ -67,12 +67,6 @@ def read_stage(run_dir: Path, name: str) -> StageState:
     records = [r for s in shards for r in read_jsonl(s, required(name))]
     state = "complete" if manifest is not None else ("partial" if shards else "missing")
     return StageState(name, state, manifest, records)
-
-
-def margin(rec: dict) -> float | None:
-    """L⁻ − L⁺ of a scored call, None when it has no losses."""
-    lm, lp = rec.get("loss_minus"), rec.get("loss_plus")
-    return None if lm is None or lp is None else float(lm) - float(lp)
 
 
 def status(rec: dict, stage: str) -> str:

@@ -7,7 +7,7 @@ batch, with the key/value cache. The paper's rules (section 4.1):
   most likely tokens at a step (k = 10), even if it is not the most likely;
 * when the model writes the result marker ``→`` inside an open call, decoding
   of that prompt pauses: the call is parsed, executed in the
-  :class:`~toolformer.sandbox.Sandbox`, and ``" " + result + call-end`` is
+  :class:`~toolformer.tools.sandbox.Sandbox`, and ``" " + result + call-end`` is
   inserted, then decoding continues after it;
 * at most ``max_calls`` calls per input (1); after that, and always in
   "Toolformer (disabled)" mode, p(call-start) is set to 0.
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from toolformer.calls import CallStyle, get_style, parse_calls, strip_calls
-from toolformer.modeling import bos_ids, cache_kwarg, model_window, output_cache
-from toolformer.textpos import marker_token_ids
+from toolformer.lm.modeling import bos_ids, cache_kwarg, model_window, output_cache
+from toolformer.lm.textpos import marker_token_ids
+from toolformer.tools.calls import CallStyle, get_style, parse_calls, strip_calls
 
 # A prefix that can still become `Name(...`; anything else after `[` is text.
 _CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\(.*)?\Z|\Z", re.S)
@@ -281,7 +281,7 @@ def load_model_folder(cfg, path: str):
     import dataclasses
     from pathlib import Path
 
-    from toolformer.modeling import load
+    from toolformer.lm.modeling import load
 
     own = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
     tokenizer = "" if own else (cfg.model.tokenizer or cfg.model.path)
@@ -292,10 +292,10 @@ def cli_generate(args) -> int:
     """``toolformer generate --model DIR PROMPT...``: print continuations with calls."""
     import dataclasses
 
-    from toolformer.config import PipelineConfig
-    from toolformer.configuration import load_config
-    from toolformer.modeling import set_threads
-    from toolformer.sandbox import build_sandbox
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.lm.modeling import set_threads
+    from toolformer.tools.sandbox import build_sandbox
 
     cfg = load_config(PipelineConfig, args.config, args.overrides)
     set_threads(cfg.model.threads)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from toolformer.calls import CallStyle, add_call_tokens
+from toolformer.tools.calls import CallStyle, add_call_tokens
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,8 +34,8 @@ def set_threads(threads: int = 0) -> None:
 
 def _check_local(path: str, what: str) -> None:
     """A local-looking path that does not exist is an error naming ``what``; a
-    hub id must answer within seconds (see :mod:`toolformer.inputs`)."""
-    from toolformer.inputs import check_hub, looks_local
+    hub id must answer within seconds (see :mod:`toolformer.run.inputs`)."""
+    from toolformer.run.inputs import check_hub, looks_local
 
     if Path(path).expanduser().exists():
         return
@@ -86,7 +86,7 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
 
 def load(model_cfg, calls_cfg=None):
     """Model and tokenizer from a ModelConfig (+ CallsConfig for the markers)."""
-    from toolformer.calls import get_style
+    from toolformer.tools.calls import get_style
 
     device = resolve_device(model_cfg.device)
     dtype = resolve_dtype(model_cfg.dtype, device)
@@ -140,7 +140,7 @@ def write_tiny_model(out: str | Path, seed: int = 0, hidden: int = 32, layers: i
     built in code (nothing downloaded), saved with ``save_pretrained``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from toolformer.tokenizer import train_tokenizer
+    from toolformer.lm.tokenizer import train_tokenizer
 
     out = Path(out)
     tok = train_tokenizer(tiny_tokenizer_texts(data_dir), vocab_size=vocab_size)

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from toolformer.runfolder import atomic_write_text
-from toolformer.runview import (
+from toolformer.inspect.view import (
     QUANTILES,
     Inspection,
     call_text,
@@ -32,6 +31,7 @@ from toolformer.runview import (
     margin,
     status,
 )
+from toolformer.run.folder import atomic_write_text
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:72em;padding:0 1em;color:#222}
