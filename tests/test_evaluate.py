@@ -57,6 +57,12 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     assert res["seed"] == 0 and "torch" in res["versions"]
     assert {t: v["n"] for t, v in res["tasks"].items()} == {"svamp": 3, "triviaqa": 2, "lama": 2}
     assert res["tasks"]["lama"]["max_words"] == 5 and res["tasks"]["triviaqa"]["max_words"] == 20
+    # Items in the file, scored and skipped, with the reasons and the skipped records on disk.
+    lama = res["tasks"]["lama"]
+    assert (lama["in_file"], lama["n"], lama["left_out"]) == (3, 2, 1)
+    assert lama["skip_reasons"] == {"[MASK] is not the last word": 1}
+    assert [r["id"] for r in read_jsonl(out / "rejected" / "lama.jsonl")] == ["t-3"]
+    assert read_jsonl(out / "rejected" / "svamp.jsonl") == []
 
     for name, row in res["rows"].items():
         assert set(row["tasks"]) == {"svamp", "triviaqa", "lama"}
@@ -139,7 +145,7 @@ def test_task_file_error_before_any_model_work(run_dir, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": "seven"}\n')
     cfg = make_cfg(run_dir, tasks=[{"name": "m", "path": str(bad), "format": "triviaqa", "kind": "math"}])
-    with pytest.raises(ValueError, match=r"bad\.jsonl: item 0: math answer 'seven' has no number"):
+    with pytest.raises(ValueError, match=r"bad\.jsonl: no item has a number as its answer \(task 'm' is math\)"):
         ev_stage.run_stage(cfg)
     assert not (run_dir / "run" / "evaluate").exists()
 
@@ -178,7 +184,7 @@ def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_
     res = ev_stage.run_stage(cfg).output
     rows = res["rows"]
     assert rows["toolformer"]["tasks"]["sums"] == {"accuracy": 1.0, "call_rate": 1.0, "n": 3, "correct": 3,
-                                                   "with_calls": 3}
+                                                   "with_calls": 3, "malformed_calls": 0}
     # Disabled, the same model guesses 7: right only for 5+2.
     assert rows["toolformer_disabled"]["tasks"]["sums"]["correct"] == 1
     assert rows["toolformer_disabled"]["call_rate"] == 0 and rows["base"]["arithmetic"] == pytest.approx(1 / 3)

@@ -107,6 +107,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     _add_config_args(p)
 
+    p = sub.add_parser("tasks", help="evaluation files: `tasks check FILE` lists what loads and what is skipped")
+    tasks_sub = p.add_subparsers(dest="tasks_command", metavar="<subcommand>", required=True)
+    c = tasks_sub.add_parser("check", help="items in a task file, items loaded, items skipped and why")
+    c.add_argument("file", help="task file (ASDiv.xml, SVAMP.json, MAWPS, WebQuestions, TriviaQA, LAMA)")
+    c.add_argument("--format", default="auto", help="auto (from the file) or a format name")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    p = sub.add_parser("score", help="score any system's outputs on a task file with the paper's metrics")
+    p.add_argument("file", help="task file")
+    p.add_argument("--predictions", required=True, help='JSONL of {"id", "output"} per line')
+    p.add_argument("--format", default="auto", help="auto (from the file) or a format name")
+    p.add_argument("--kind", choices=("math", "qa"), help="metric (default: by format)")
+    p.add_argument("--max-words", type=int, default=0, help="qa: words searched (0: the paper's 20, 5 for lama)")
+    p.add_argument("--decimals", type=int, default=2, help="math: decimals compared, rounded half up")
+    p.add_argument("--call-style", default="plain", help="call syntax removed from outputs (plain, special, ...)")
+    p.add_argument("--out", help="per-item results (default: PREDICTIONS with .scores.jsonl)")
+    p.add_argument("--json", action="store_true", help="print the counts as JSON")
+
     p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
     return parser
@@ -212,6 +230,56 @@ def cmd_probe(args) -> int:
     return cli_probe(_load(args), args.model, args.json)
 
 
+def cmd_tasks(args) -> int:
+    from toolformer.tasks.score import check_report
+
+    report = check_report(Path(args.file), args.format)
+    if args.json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{report['file']}: format {report['format']} ({report['kind']}); {report['in_file']:,} records in the "
+          f"file, {report['loaded']:,} items loaded, {report['skipped']:,} skipped")
+    for reason, n in report["skip_reasons"].items():
+        print(f"  skipped {n:,}: {reason}")
+        for ex in report["examples"][reason]:
+            print(f"    {ex['where']} (id {ex['id']}){': ' + ex['detail'] if ex['detail'] else ''}")
+    if report["first_item"]:
+        first = report["first_item"]
+        print(f"  first item: id {first['id']}: {first['question'][:120]!r} -> {first['answers'][:3]}")
+    return 0
+
+
+def cmd_score(args) -> int:
+    from toolformer.run.folder import atomic_write_text, dumps
+    from toolformer.tasks import KINDS, load_task
+    from toolformer.tasks.score import read_predictions, score_file
+    from toolformer.tools.calls import get_style
+
+    preds = Path(args.predictions)
+    if not preds.is_file():
+        raise FileNotFoundError(f"{preds}: predictions file not found (--predictions)")
+    out = Path(args.out) if args.out else preds.with_name(preds.name.removesuffix(".jsonl") + ".scores.jsonl")
+    if out.resolve() in (preds.resolve(), Path(args.file).resolve()):
+        raise ValueError(f"--out {out}: would overwrite an input; choose another file")
+    fmt, data = load_task(args.file, args.format)
+    outputs, problems = read_predictions(preds)
+    for problem in problems[:5]:
+        print(f"score: {problem}", file=sys.stderr)
+    records, counts = score_file(data, outputs, args.kind or KINDS[fmt], fmt, args.max_words, args.decimals,
+                                 get_style(args.call_style))
+    atomic_write_text(out, "".join(dumps(r) + "\n" for r in records))
+    counts = {"file": args.file, "format": fmt, "predictions": str(preds), "unusable_lines": len(problems),
+              "results": str(out), **counts}
+    if args.json:
+        print(json.dumps(counts, indent=2, ensure_ascii=False))
+    else:
+        acc = f"{100 * counts['accuracy']:.1f} %" if counts["accuracy"] is not None else "n/a"
+        print(f"score: {counts['correct']:,} of {counts['scored']:,} correct ({acc}); {counts['in_file']:,} records "
+              f"in the file, {counts['skipped']:,} skipped; {counts['without_output']:,} items without an output, "
+              f"{counts['malformed_calls']:,} malformed calls; per item: {out}")
+    return 0
+
+
 def _demo(cfg: PipelineConfig, force: bool) -> None:
     from toolformer.demo import run_demo
 
@@ -238,7 +306,7 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 
 # Commands that need no run folder: command -> function(args) -> exit code.
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "bench": cmd_bench,
-                  "inspect": cmd_inspect, "probe": cmd_probe}
+                  "inspect": cmd_inspect, "probe": cmd_probe, "tasks": cmd_tasks, "score": cmd_score}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 WRITING_COMMANDS = {"demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
                     **{s: (lambda cfg, force, s=s: run_stage(s, cfg, force=force)) for s in STAGES if s != "inspect"}}

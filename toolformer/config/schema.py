@@ -254,7 +254,7 @@ class TaskConfig:
     path: str = ""
     """Local task file (ASDiv.xml, SVAMP.json, a JSON list or a JSONL file)."""
     format: str = "auto"
-    """auto (from the file), asdiv, svamp, mawps, webqs, triviaqa or lama; see toolformer/tasks.py."""
+    """auto (from the file), asdiv, svamp, mawps, webqs, triviaqa or lama; see toolformer/tasks/formats.py."""
     kind: str = "qa"
     """math (first number of the output, 2 decimals) or qa (answer in the first words)."""
     prompt: str = "{question}"

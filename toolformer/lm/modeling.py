@@ -129,7 +129,7 @@ def tiny_tokenizer_texts(data_dir: str | Path = "data") -> list[str]:
     for name in ("corpus.jsonl", "collection.jsonl", "knowledge.jsonl"):
         p = root / name
         if p.exists():
-            texts.extend(p.read_text(encoding="utf-8").splitlines())
+            texts.extend(p.read_text(encoding="utf-8").split("\n"))  # JSON Lines end at a newline only
     texts.append("0 1 2 3 4 5 6 7 8 9 + - * / = ( ) [ ] → -> ")
     return texts
 

@@ -33,15 +33,8 @@ from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_thre
 from toolformer.lm.training import IGNORE_INDEX, row_nll
 from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.stages import StageResult, start
-from toolformer.tasks import (
-    TaskData,
-    TaskFormatError,
-    default_max_words,
-    extract_number,
-    load_task,
-    math_score,
-    qa_score,
-)
+from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_fits, gold_numbers, load_task
+from toolformer.tasks.score import score_output, task_counts
 from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import build_sandbox
 
@@ -89,10 +82,13 @@ def load_tasks(cfg: PipelineConfig) -> list[tuple[TaskConfig, str, TaskData]]:
     out = []
     for tc in cfg.evaluate.tasks:
         fmt, data = load_task(tc.path, tc.format, tc.max_items)
-        if tc.kind == "math":
-            for item in data.items:
-                if extract_number(item.answers[0]) is None:
-                    raise TaskFormatError(f"{tc.path}: item {item.id}: math answer {item.answers[0]!r} has no number")
+        if tc.kind == "math":  # a QA-format file scored as math: its answers must be numbers
+            bad = [i for i in data.items if not gold_numbers(i.answers[0])]
+            data.skipped += [{"id": i.id, "where": f"{tc.path}: item {i.id}", "reason": "answer is not a number",
+                              "detail": repr(i.answers[0])} for i in bad]
+            data.items = [i for i in data.items if gold_numbers(i.answers[0])]
+            if not data.items:
+                raise TaskFormatError(f"{tc.path}: no item has a number as its answer (task {tc.name!r} is math)")
         out.append((tc, fmt, data))
     return out
 
@@ -166,14 +162,9 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
     bar.close()
     records = []
     for it, prompt, g in zip(items, prompts, gens):
-        if tc.kind == "math":
-            pred, correct = math_score(g.text_without_calls, it.answers[0], tc.decimals)
-            gold = it.answers[0]
-        else:
-            pred, correct = qa_score(g.text_without_calls, it.answers, max_words)
-            gold = it.answers
+        scored = score_output(it, g.text, tc.kind, max_words, tc.decimals, style)
         records.append({"id": it.id, "prompt": prompt, "output": g.text, "output_without_calls": g.text_without_calls,
-                        "calls": g.calls, "prediction": pred, "gold": gold, "correct": correct})
+                        "calls": g.calls, **{k: v for k, v in scored.items() if k != "id"}})
     return records
 
 
@@ -203,8 +194,11 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
     for name, why in skipped.items():
         print(f"evaluate: row {name!r} skipped: {why}")
     for tc, _, data in tasks:
+        atomic_write_text(out_dir / "rejected" / f"{tc.name}.jsonl", "".join(dumps(r) + "\n" for r in data.skipped))
         if data.skipped:
-            print(f"evaluate: task {tc.name!r}: {len(data.skipped)} item(s) left out, e.g. {data.skipped[0]}")
+            why = ", ".join(f"{n:,} {reason}" for reason, n in data.reasons().items())
+            print(f"evaluate: task {tc.name!r}: {len(data.skipped):,} of {data.total:,} records skipped ({why}; "
+                  f"{out_dir / 'rejected' / (tc.name + '.jsonl')})")
     set_threads(cfg.model.threads)
     sandbox = build_sandbox(cfg) if any(r.tools for r in rows) else None
 
@@ -214,7 +208,11 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
         "models": {r.name: r.path for r in rows},
         "skipped_rows": skipped,
         "tasks": {tc.name: {"path": tc.path, "format": fmt, "kind": tc.kind, "n": len(d.items),
-                            "left_out": len(d.skipped), "prompt": tc.prompt,
+                            "left_out": len(d.skipped), "in_file": d.total, "skip_reasons": d.reasons(),
+                            "golds_longer_than_window": sum(not gold_fits(i.answers, tc.max_words or
+                                                                          default_max_words(fmt)) for i in d.items)
+                            if tc.kind == "qa" else None,
+                            "prompt": tc.prompt,
                             "max_words": (tc.max_words or default_max_words(fmt)) if tc.kind == "qa" else None}
                   for tc, fmt, d in tasks},
         "perplexity": {"path": ev.perplexity_path, "documents": len(texts)} if texts else None,
@@ -257,8 +255,14 @@ def results_markdown(summary: dict) -> str:
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`" for n, p in summary["models"].items()]
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
     lines += ["", "Tasks:", ""]
-    lines += [f"- {t}: {v['n']} items, {v['kind']}, format {v['format']}, `{v['path']}`"
-              for t, v in summary["tasks"].items()]
+    for t, v in summary["tasks"].items():
+        why = "; ".join(f"{n} {reason}" for reason, n in (v.get("skip_reasons") or {}).items())
+        lines.append(f"- {t}: {v['n']} items scored of {v.get('in_file', v['n'])} in the file, {v['left_out']} "
+                     f"skipped{f' ({why})' if why else ''}; {v['kind']}, format {v['format']}, `{v['path']}`")
+        malformed = {n: r["tasks"][t]["malformed_calls"] for n, r in summary["rows"].items()
+                     if r["tasks"][t].get("malformed_calls")}
+        if malformed:
+            lines.append("  malformed (unclosed) calls: " + ", ".join(f"{n} {m}" for n, m in malformed.items()))
     d = summary["decoding"]
     lines += ["", f"Decoding: greedy, a call starts when the call-start token is in the top {d['top_k_trigger']}, "
               f"at most {d['max_calls']} call(s) per item, {d['max_new_tokens']} new tokens; "
@@ -297,11 +301,11 @@ def _row_cells(model, tok, row: EvalVariant, tasks, sandbox, cfg: PipelineConfig
         records = evaluate_task(model, tok, row, tc, fmt, data, sandbox, cfg)
         atomic_write_text(out_dir / "predictions" / row.name / f"{tc.name}.jsonl",
                           "".join(dumps(r) + "\n" for r in records))
-        n = len(records)
-        correct = sum(r["correct"] for r in records)
-        with_calls = sum(bool(r["calls"]) for r in records)
-        cells[tc.name] = {"accuracy": correct / n, "call_rate": with_calls / n, "n": n, "correct": correct,
-                          "with_calls": with_calls}
+        counts = task_counts(data, records, tc.kind, tc.max_words or default_max_words(fmt))
+        n, with_calls = counts["scored"], sum(bool(r["calls"]) for r in records)
+        cells[tc.name] = {"accuracy": counts["accuracy"], "call_rate": with_calls / n, "n": n,
+                          "correct": counts["correct"], "with_calls": with_calls,
+                          "malformed_calls": counts["malformed_calls"]}
     return cells
 
 

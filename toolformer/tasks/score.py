@@ -1,0 +1,95 @@
+"""Scoring outputs against a task file: one function for the evaluate stage
+and for ``toolformer score`` (any system's outputs), and the report of
+``toolformer tasks check``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from toolformer.tasks.formats import FORMATS, KINDS, TaskData, TaskItem, detect_format
+from toolformer.tasks.metrics import default_max_words, gold_fits, math_score, model_answer, qa_score
+from toolformer.tools.calls import CallStyle
+
+
+def score_output(item: TaskItem, output: str, kind: str, max_words: int, decimals: int,
+                 style: CallStyle | None = None) -> dict:
+    """One item: the answer read from ``output`` (calls removed, an unclosed call cut) against its gold."""
+    answer, malformed = model_answer(output, style)
+    if kind == "math":
+        pred, correct = math_score(answer, item.answers[0], decimals)
+        gold: str | list[str] = item.answers[0]
+    else:
+        pred, correct = qa_score(answer, item.answers, max_words)
+        gold = item.answers
+    return {"id": item.id, "prediction": pred, "gold": gold, "correct": correct, "malformed_call": malformed}
+
+
+def task_counts(data: TaskData, records: list[dict], kind: str, max_words: int) -> dict:
+    """Items in the file, scored and skipped (with reasons), accuracy, malformed calls; for QA, the golds
+    longer than the word window (no output can match them)."""
+    n = len(records)
+    correct = sum(bool(r["correct"]) for r in records)
+    out = {"in_file": data.total, "scored": n, "skipped": len(data.skipped), "skip_reasons": data.reasons(),
+           "correct": correct, "accuracy": correct / n if n else None,
+           "malformed_calls": sum(bool(r.get("malformed_call")) for r in records)}
+    if kind == "qa":
+        out["golds_longer_than_window"] = sum(not gold_fits(i.answers, max_words) for i in data.items)
+    return out
+
+
+def check_report(path: Path, fmt: str = "auto") -> dict:
+    """What ``toolformer tasks check`` prints: format, records, items, skips by reason with examples."""
+    fmt = detect_format(path) if fmt == "auto" else fmt
+    if fmt not in FORMATS:
+        raise ValueError(f"{path}: unknown task format {fmt!r} (known: auto, {', '.join(FORMATS)})")
+    data = FORMATS[fmt](path)
+    examples: dict[str, list[dict]] = {}
+    for s in data.skipped:
+        examples.setdefault(s["reason"], [])
+        if len(examples[s["reason"]]) < 3:
+            examples[s["reason"]].append(s)
+    return {"file": str(path), "format": fmt, "kind": KINDS[fmt], "in_file": data.total, "loaded": len(data.items),
+            "skipped": len(data.skipped), "skip_reasons": data.reasons(), "examples": examples,
+            "first_item": data.items[0].__dict__ if data.items else None}
+
+
+def read_predictions(path: Path) -> tuple[dict[str, str], list[str]]:
+    """id -> output of a JSONL file of ``{"id", "output"}`` (split at ``\\n`` only), and the lines not used."""
+    outputs: dict[str, str] = {}
+    problems: list[str] = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            problems.append(f"{path}: line {n}: invalid JSON: {e.msg}")
+            continue
+        if not isinstance(rec, dict) or "id" not in rec or not isinstance(rec.get("output"), str):
+            problems.append(f'{path}: line {n}: expected {{"id", "output": text}}')
+        elif str(rec["id"]) in outputs:
+            problems.append(f"{path}: line {n}: id {rec['id']!r} again (the first is used)")
+        else:
+            outputs[str(rec["id"])] = rec["output"]
+    return outputs, problems
+
+
+def score_file(data: TaskData, outputs: dict[str, str], kind: str, fmt: str, max_words: int = 0,
+               decimals: int = 2, style: CallStyle | None = None) -> tuple[list[dict], dict]:
+    """Per-item results and counts for ``outputs`` (id -> text) on every item of ``data``; an item
+    without an output counts as wrong."""
+    window = max_words or default_max_words(fmt)
+    records = []
+    for item in data.items:
+        if item.id in outputs:
+            records.append({**score_output(item, outputs[item.id], kind, window, decimals, style),
+                            "output": outputs[item.id]})
+        else:
+            records.append({"id": item.id, "prediction": None, "gold": item.answers if kind == "qa" else
+                            item.answers[0], "correct": False, "malformed_call": False, "output": None})
+    counts = task_counts(data, records, kind, window)
+    item_ids = {i.id for i in data.items}
+    counts["without_output"] = sum(r["output"] is None for r in records)
+    counts["outputs_not_in_file"] = sum(i not in item_ids for i in outputs)
+    return records, counts
