@@ -25,7 +25,9 @@ import gzip
 import io
 import json
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
 
 from toolformer.config.schema import CorpusConfig
@@ -127,9 +129,8 @@ def _normalise(row: dict, cfg: CorpusConfig, fallback_id: str, where: str, rejec
     return doc
 
 
-def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejected: list, seen: set,
-                limit: int) -> list[dict]:
-    docs = []
+def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejected: list,
+                seen: set) -> Iterator[dict]:
     for file, compression in files:
         base = file.name[: len(file.name) - len(_suffix(file) or "")]
         with _open(file, compression) as f:
@@ -153,10 +154,7 @@ def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejecte
                     continue
                 doc = _normalise(row, cfg, f"{base}-{n}", where, rejected, seen)
                 if doc is not None:
-                    docs.append(doc)
-                    if limit and len(docs) >= limit:
-                        return docs
-    return docs
+                    yield doc
 
 
 def _lines(f, file: Path):
@@ -187,6 +185,19 @@ def _load_from_disk(path: Path, split: str):
 
 def read_corpus(cfg: CorpusConfig) -> Corpus:
     """All documents of the corpus, in order, plus the rejected records."""
+    rejected: list[dict] = []
+    return Corpus(list(iter_corpus(cfg, rejected)), rejected)
+
+
+def iter_corpus(cfg: CorpusConfig, rejected: list[dict]) -> Iterator[dict]:
+    """The documents of the corpus, in order, read as they are needed (a hub
+    or file data set with ``corpus.streaming`` as a stream); bad records are
+    appended to ``rejected`` as they are met. Checks the path at the call."""
+    docs = _documents(cfg, rejected)
+    return islice(docs, cfg.max_docs) if cfg.max_docs else docs
+
+
+def _documents(cfg: CorpusConfig, rejected: list[dict]) -> Iterator[dict]:
     if cfg.format not in FORMATS:
         raise ValueError(f"corpus.format: {cfg.format!r} is not one of {', '.join(FORMATS)}")
     if cfg.format == "hub":
@@ -194,35 +205,30 @@ def read_corpus(cfg: CorpusConfig) -> Corpus:
     else:
         require("corpus.path", cfg.path, "dataset")  # a missing local path, or a hub id that does not answer
     path = Path(cfg.path)
-    rejected: list[dict] = []
     seen: set[str] = set()
     if cfg.format == "hub" or (cfg.format == "auto" and not path.exists()):
         import datasets
 
-        ds = datasets.load_dataset(cfg.path, split=cfg.split)
+        ds = datasets.load_dataset(cfg.path, split=cfg.split, streaming=cfg.streaming)
     elif cfg.format == "disk" or (cfg.format == "auto" and _is_saved_dataset(path)):
-        ds = _load_from_disk(path, cfg.split)
+        ds = _load_from_disk(path, cfg.split)  # memory-mapped Arrow: read as it is iterated
     else:
         fmt, files = _files(cfg, path)
         if fmt == "json" and all(_suffix(f) != ".json" for f, _ in files):
-            return Corpus(_read_jsonl(files, cfg, rejected, seen, cfg.max_docs), rejected)
+            return _read_jsonl(files, cfg, rejected, seen)  # JSON Lines are always read line by line
         import datasets
 
-        ds = datasets.load_dataset(fmt, data_files=[str(f) for f, _ in files], split="train")
-    if cfg.text_field not in ds.column_names:
-        raise ValueError(f"{cfg.path}: no column {cfg.text_field!r} (columns: {', '.join(ds.column_names)}); "
+        ds = datasets.load_dataset(fmt, data_files=[str(f) for f, _ in files], split="train",
+                                   streaming=cfg.streaming)
+    columns = ds.column_names or []  # a stream of unknown columns is checked on its first row
+    if columns and cfg.text_field not in columns:
+        raise ValueError(f"{cfg.path}: no column {cfg.text_field!r} (columns: {', '.join(columns)}); "
                          "set corpus.text_field")
-    docs = []
-    for n, row in enumerate(ds):
-        doc = _normalise(row, cfg, str(n), f"{cfg.path}[{n}]", rejected, seen)
-        if doc is not None:
-            docs.append(doc)
-            if cfg.max_docs and len(docs) >= cfg.max_docs:
-                break
-    return Corpus(docs, rejected)
+    return (doc for n, row in enumerate(ds)
+            if (doc := _normalise(row, cfg, str(n), f"{cfg.path}[{n}]", rejected, seen)) is not None)
 
 
-def split_windows(docs: list[dict], tokenizer, max_tokens: int) -> list[dict]:
+def split_windows(docs: Iterable[dict], tokenizer, max_tokens: int) -> list[dict]:
     """Split documents longer than ``max_tokens`` tokens into consecutive windows
     at token boundaries; each window keeps the document's date and the gold
     calls that start in it (if the document has gold calls)."""

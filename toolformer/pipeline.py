@@ -18,14 +18,18 @@ def save_resolved_config(cfg: PipelineConfig) -> Path:
 
 
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> dict[str, float]:
+    from toolformer.run.parallel import ranks
     from toolformer.stages import run_stage
 
-    save_resolved_config(cfg)
+    main = ranks().main  # under a launch, one process writes the run's own files
+    if main:
+        save_resolved_config(cfg)
     walls: dict[str, float] = {}
     for name in cfg.stages:
         t0 = time.perf_counter()
         run_stage(name, cfg, force=force)
         walls[name] = round(time.perf_counter() - t0, 2)
-    atomic_write_text(Path(cfg.run_dir) / "wall_seconds.json", json.dumps(walls, indent=2) + "\n")
-    print("run: wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
+    if main:
+        atomic_write_text(Path(cfg.run_dir) / "wall_seconds.json", json.dumps(walls, indent=2) + "\n")
+        print("run: wall time per stage: " + ", ".join(f"{k} {v:.1f} s" for k, v in walls.items()))
     return walls

@@ -66,6 +66,9 @@ class CorpusConfig:
     """Read at most this many documents; 0 = all."""
     window_tokens: int = 0
     """Split longer documents into windows of this many tokens; 0 = fit the model window (and prompt when sampling)."""
+    streaming: bool = False
+    """Read a hub or file data set as a stream (`datasets` streaming) instead of preparing it first; JSON Lines
+    are always read line by line. No stage holds the whole corpus either way."""
 
 
 @dataclass

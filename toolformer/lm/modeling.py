@@ -86,9 +86,10 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
 
 def load(model_cfg, calls_cfg=None):
     """Model and tokenizer from a ModelConfig (+ CallsConfig for the markers)."""
+    from toolformer.run.parallel import ranks
     from toolformer.tools.calls import get_style
 
-    device = resolve_device(model_cfg.device)
+    device = resolve_device(ranks().device(model_cfg.device))  # under a launch, each process its own GPU
     dtype = resolve_dtype(model_cfg.dtype, device)
     style = get_style(calls_cfg.style) if calls_cfg is not None else None
     if not model_cfg.path:

@@ -54,6 +54,7 @@ from toolformer.config.schema import FinetuneConfig, check_training_choices
 from toolformer.lm.modeling import bos_ids
 from toolformer.run import stops
 from toolformer.run.folder import atomic_write_text, disk_full, disk_full_error, fault_point
+from toolformer.run.parallel import use_cpu
 
 # Fills the padded tail of the last packed row; ignored by the loss and masked
 # from attention (any real id is substituted before the forward pass).
@@ -162,19 +163,6 @@ def lr_factor(step: int, args: TrainArgs) -> float:
     if args.schedule == "cosine":
         return 0.5 * (1.0 + math.cos(math.pi * progress))
     return 1.0 - progress
-
-
-def use_cpu() -> bool:
-    """Whether accelerate must run on the CPU: asked for (``accelerate launch
-    --cpu``), or several processes were launched on a machine without CUDA
-    (``accelerate launch --multi_gpu`` or ``torchrun`` there), which accelerate
-    then only joins into one data-parallel group (gloo) when told ``cpu``."""
-    import os
-
-    from accelerate.utils import parse_flag_from_env
-
-    launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    return parse_flag_from_env("ACCELERATE_USE_CPU") or (launched and not torch.cuda.is_available())
 
 
 def _mixed_precision(dtype: str) -> str:

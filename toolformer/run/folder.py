@@ -3,17 +3,20 @@
 Layout of one stage's output, ``RUN_DIR/<stage>/``::
 
     started.json          config hash of the run in progress
-    shard-00000.jsonl     records of work units 0 .. U-1 (U = shard_size)
-    shard-00001.jsonl     records of work units U .. 2U-1
+    shard-00000.jsonl     records of work group 0 (shard_size documents, or upstream shard 0)
+    shard-00001.jsonl     records of work group 1
+    part-00000.*          what a shard's work left beside it (sample: its documents and counts)
     rejected.jsonl        bad inputs, with the reason (if any)
     manifest.json         counts, config hash, seed, versions: written last
 
 A shard is written to a temporary name and renamed, so a shard that exists is
-complete; a write that fails (a full disk) removes its temporary file. A
-stage interrupted and rerun skips the work units of the shards it finds (same
-config hash) and continues; the manifest's existence means the stage
-finished. A changed config or ``--force`` deletes only the files above (and
-temporary ones), never anything else in the folder.
+complete (its parts are written before it); a write that fails (a full disk)
+removes its temporary file. A stage interrupted and rerun skips the groups
+whose shards it finds (same config hash) and continues; the manifest's
+existence means the stage finished. Under ``accelerate launch`` shard ``g``
+is the work of rank ``g mod N`` (:mod:`toolformer.run.parallel`). A changed
+config or ``--force`` deletes only the files above (and temporary ones),
+never anything else in the folder.
 """
 
 from __future__ import annotations
@@ -22,11 +25,15 @@ import errno
 import json
 import os
 import platform
+import sqlite3
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from itertools import islice
 from pathlib import Path
 
 from toolformer.run import stops
+from toolformer.run.parallel import Ranks, ranks
 
 MANIFEST = "manifest.json"
 STARTED = "started.json"
@@ -58,13 +65,21 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 def _atomic_write(path: Path, content: str | bytes) -> None:
     """Write to ``.NAME.tmp-PID``, flush and fsync it, then rename it to ``path``."""
+    with atomic_path(path) as tmp, (tmp.open("wb") if isinstance(content, bytes)
+                                    else tmp.open("w", encoding="utf-8")) as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """A temporary path (``.NAME.tmp-PID``) to write ``path``'s content to, renamed
+    to ``path`` when the block ends without error and removed when it fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
-        with tmp.open("wb") if isinstance(content, bytes) else tmp.open("w", encoding="utf-8") as f:
-            f.write(content)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
         os.replace(tmp, path)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -142,6 +157,16 @@ class Stage:
     def shards(self) -> list[Path]:
         return sorted(self.dir.glob("shard-*.jsonl"))
 
+    def shard_path(self, index: int) -> Path:
+        return self.dir / f"shard-{index:05d}.jsonl"
+
+    def part_path(self, index: int, suffix: str) -> Path:
+        """A file a shard's work leaves beside it (written before the shard)."""
+        return self.dir / f"part-{index:05d}{suffix}"
+
+    def parts(self, suffix: str) -> list[Path]:
+        return sorted(self.dir.glob(f"part-*{suffix}"))
+
     def records(self) -> Iterator[dict]:
         """Every record of every complete shard, in order."""
         for shard in self.shards():
@@ -170,7 +195,7 @@ class Stage:
         if self.dir.exists():
             same = started.exists() and json.loads(started.read_text()).get("config_hash") == config_hash
             if force or not same:
-                for own in [*self.shards(), self.dir / REJECTED, started]:
+                for own in [*self.shards(), *self.parts(""), self.dir / REJECTED, started]:
                     own.unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.manifest_path.exists():
@@ -183,8 +208,7 @@ class Stage:
         return len(self.shards())
 
     def write_shard(self, index: int, records: Iterable[dict]) -> None:
-        text = "".join(dumps(r) + "\n" for r in records)
-        atomic_write_text(self.dir / f"shard-{index:05d}.jsonl", text)
+        atomic_write_text(self.shard_path(index), "".join(dumps(r) + "\n" for r in records))
 
     def write_rejected(self, rejected: list[dict]) -> None:
         path = self.dir / REJECTED
@@ -208,38 +232,65 @@ class Stage:
         return manifest
 
 
-def run_sharded(stage: Stage, units: list, shard_size: int, first_shard: int, process, progress=None) -> None:
-    """Process ``units`` in groups of ``shard_size``, one shard per group.
+def count_records(path: Path) -> int:
+    """Non-blank lines of a JSONL file, without parsing them."""
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.strip())
 
-    ``process(group) -> list[dict]`` returns the records of a group; groups of
-    shards already complete are skipped. ``progress`` (a tqdm bar) is advanced
-    by the number of units.
-    """
-    n_groups = (len(units) + shard_size - 1) // shard_size
-    if progress is not None and first_shard:
-        progress.update(min(len(units), first_shard * shard_size))
-    stops.keep(f"{first_shard} of {n_groups} shard(s) of {stage.name} in {stage.dir}")
-    for g in range(first_shard, n_groups):
-        group = units[g * shard_size : (g + 1) * shard_size]
-        with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written
-            stage.write_shard(g, process(group))
-            stops.keep(f"{g + 1} of {n_groups} shard(s) of {stage.name} in {stage.dir}")
+
+def upstream_total(stage: Stage) -> int | None:
+    """How many records a finished stage wrote, from its manifest's per-tool counts (None if it has none)."""
+    per_tool = ((stage.manifest() or {}).get("counts") or {}).get("per_tool")
+    return sum(c.get("candidates", 0) for c in per_tool.values()) if per_tool else None
+
+
+def chunked(items: Iterable, size: int) -> Iterator[list]:
+    """``items`` in lists of ``size`` (the last may be shorter), read lazily."""
+    it = iter(items)
+    while chunk := list(islice(it, size)):
+        yield chunk
+
+
+def run_sharded(stage: Stage, groups: Iterable[list], process, progress=None, width=len,
+                rank: Ranks | None = None) -> int:
+    """Shard ``g`` = ``process(g, group) -> list[dict]`` for every group this
+    rank owns whose shard is not on disk yet; returns how many it wrote.
+    ``progress`` (a tqdm bar) is advanced by ``width(group)`` per group of
+    this rank, done now or before."""
+    rank = rank or ranks()
+    done = {int(p.stem.split("-")[1]) for p in stage.shards()}
+    mine = sum(rank.owns(g) for g in done)
+    stops.keep(f"{mine} shard(s) of {stage.name} in {stage.dir}")
+    written = 0
+    for g, group in enumerate(groups):
+        if not rank.owns(g):
+            continue
+        if g in done:
             if progress is not None:
-                progress.update(len(group))
-            fault_point(stage.name, g + 1 - first_shard)
+                progress.update(width(group))
+            continue
+        with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written
+            stage.write_shard(g, process(g, group))
+            written += 1
+            stops.keep(f"{mine + written} shard(s) of {stage.name} in {stage.dir}")
+            if progress is not None:
+                progress.update(width(group))
+            fault_point(stage.name, written)
+    return written
 
 
 def fault_point(stage: str, done: int) -> None:
     """Fault injection for the kill-and-resume tests: with
-    ``TOOLFORMER_FAULT=<stage>:<n>[:<signal>]`` in the environment the process
-    sends itself the signal (default SIGKILL; e.g. SIGINT) once it has
-    completed ``n`` units of work (shards, checkpoints) of that stage, once.
-    Unset, this does nothing."""
+    ``TOOLFORMER_FAULT=<stage>:<n>[:<signal>[:<rank>]]`` in the environment the
+    process (only rank ``<rank>`` of a launch, when given) sends itself the
+    signal (default SIGKILL; e.g. SIGINT) once it has completed ``n`` units of
+    work (shards, checkpoints) of that stage, once. Unset, this does nothing."""
     import signal
 
     name, _, rest = os.environ.get("TOOLFORMER_FAULT", "").partition(":")
-    n, _, sig = rest.partition(":")
-    if name == stage and n.isdigit() and done == int(n):
+    n, _, rest = rest.partition(":")
+    sig, _, rank = rest.partition(":")
+    if name == stage and n.isdigit() and done == int(n) and (not rank or int(rank) == ranks().rank):
         os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
 
 
@@ -256,12 +307,66 @@ DOCUMENTS = "documents.jsonl"
 GOLD_CALLS = "gold_calls"
 
 
+DOCUMENT_INDEX = "documents.sqlite"
+
+
+def document_row(d: dict) -> dict:
+    return {"doc_id": d["doc_id"], "text": d["text"], "date": d.get("date")} | (
+        {GOLD_CALLS: d[GOLD_CALLS]} if GOLD_CALLS in d else {})
+
+
 def write_documents(run_dir: str | Path, docs: Iterable[dict]) -> Path:
+    """``documents.jsonl`` and its index ``documents.sqlite`` (doc_id -> line),
+    written from ``docs`` as they come (never all in memory)."""
     path = Path(run_dir) / "sample" / DOCUMENTS
-    rows = ({"doc_id": d["doc_id"], "text": d["text"], "date": d.get("date")}
-            | ({GOLD_CALLS: d[GOLD_CALLS]} if GOLD_CALLS in d else {}) for d in docs)
-    atomic_write_text(path, "".join(dumps(r) + "\n" for r in rows))
+    with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
+        for d in docs:
+            f.write(dumps(document_row(d)) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+    index_documents(path)
     return path
+
+
+def index_documents(path: Path) -> Path:
+    """``documents.sqlite`` beside ``documents.jsonl``: doc_id -> its line."""
+    index = path.with_name(DOCUMENT_INDEX)
+    with atomic_path(index) as tmp:
+        tmp.unlink(missing_ok=True)
+        db = sqlite3.connect(tmp)
+        try:
+            db.execute("CREATE TABLE documents (doc_id TEXT PRIMARY KEY, row TEXT NOT NULL)")
+            for chunk in chunked(iter_jsonl(path), 1000):
+                db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?)",
+                               ((str(rec["doc_id"]), dumps(rec)) for _, rec in chunk))
+            db.commit()
+        finally:
+            db.close()
+    return index
+
+
+class DocumentStore:
+    """The documents of ``RUN_DIR/sample`` looked up by doc_id from
+    ``documents.sqlite`` (built from ``documents.jsonl`` when a run folder of
+    an older toolformer has none), so no stage holds every document."""
+
+    def __init__(self, run_dir: str | Path):
+        self.path = Path(run_dir) / "sample" / DOCUMENTS
+        if not self.path.exists():
+            raise FileNotFoundError(f"{self.path}: no scored documents; run the sample stage first")
+        index = self.path.with_name(DOCUMENT_INDEX)
+        if not index.exists() or index.stat().st_mtime < self.path.stat().st_mtime:
+            index_documents(self.path)
+        self.db = sqlite3.connect(f"file:{index}?mode=ro", uri=True, check_same_thread=False)
+
+    def __getitem__(self, doc_id: str) -> dict:
+        row = self.db.execute("SELECT row FROM documents WHERE doc_id = ?", (str(doc_id),)).fetchone()
+        if row is None:
+            raise KeyError(f"{self.path}: no document {doc_id!r}")
+        return json.loads(row[0])
+
+    def close(self) -> None:
+        self.db.close()
 
 
 def read_documents(run_dir: str | Path) -> dict[str, dict]:

@@ -17,10 +17,15 @@ from typing import Any, Protocol
 from toolformer.config.load import config_hash, to_dict
 from toolformer.config.schema import STAGES, PipelineConfig
 from toolformer.run.folder import Stage
+from toolformer.run.parallel import Ranks, ranks
 
 # Sections every stage depends on; each stage also depends on its own section
 # and those of the stages before it.
 COMMON = ("seed", "model", "calls", "corpus", "tools")
+# Stages whose work is split across the processes of a launch (toolformer.run.parallel); finetune is data-parallel
+# through its trainer; the others run in the main process while the rest wait.
+SHARDED = ("sample", "execute", "filter")
+SPLIT = (*SHARDED, "finetune")
 
 
 @dataclass
@@ -32,7 +37,7 @@ class StageResult:
     """The stage's output was complete for this config: nothing was run."""
     manifest: dict | None
     """The stage's ``manifest.json`` (counts, config hash, seed, versions); None in the processes of a
-    multi-process fine-tune other than the main one, which write none."""
+    multi-process fine-tune other than the main one."""
     output: Any = None
     """What the stage has beyond its manifest: evaluate's results (``results.json``), inspect's Inspection."""
 
@@ -49,7 +54,12 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **options: An
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r} (known: {', '.join(STAGES)})")
     stage_fn: StageFunction = importlib.import_module(f"toolformer.stages.{name}").run_stage
-    return stage_fn(cfg, force=force, **options)
+    rank = ranks()
+    if rank.world == 1 or name in SPLIT:
+        return stage_fn(cfg, force=force, **options)
+    result = stage_fn(cfg, force=force, **options) if rank.main else None
+    rank.barrier()  # the other processes wait for the main one's stage
+    return result or StageResult(name, True, Stage(cfg.run_dir, name).manifest())
 
 
 def stage_hash(cfg: PipelineConfig, name: str) -> str:
@@ -96,6 +106,17 @@ class StageRun:
         """The stage's result: its manifest as it stands now, and ``output``."""
         return StageResult(self.stage.name, self.skipped, self.stage.manifest(), output)
 
+    def all_done(self) -> bool:
+        """Wait until every process of the launch has written its shards; True
+        in the main process, which then writes the manifest (then :meth:`release`)."""
+        ranks().barrier()
+        return ranks().main
+
+    def release(self) -> StageResult:
+        """After the main process finished the stage: every process returns its result."""
+        ranks().barrier()
+        return self.result()
+
 
 def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | None = None) -> StageRun:
     """Skip a stage whose manifest matches the config (and the fingerprints of
@@ -105,12 +126,16 @@ def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | No
     h = stage_hash(cfg, name)
     if inputs:
         h = config_hash({"config": h, "inputs": {k: path_fingerprint(v) for k, v in sorted(inputs.items())}})
-    if not force and stage.is_complete(h):
-        m = stage.manifest()
-        print(f"{name}: already complete ({stage.dir}/manifest.json), skipped; --force reruns it")
-        return StageRun(stage, h, m.get("shards", 0), True)
+    rank = ranks() if name in SHARDED else Ranks.single()
+    complete = not force and stage.is_complete(h)
+    rank.barrier()  # every process decides from the same files before the main one changes them
+    if complete:
+        if rank.main:
+            print(f"{name}: already complete ({stage.dir}/manifest.json), skipped; --force reruns it")
+        return StageRun(stage, h, stage.manifest().get("shards", 0), True)
     seed_everything(cfg.seed)
-    first = stage.begin(h, force=force)
+    first = stage.begin(h, force=force) if rank.main else 0
+    rank.barrier()
     if first:
         print(f"{name}: resuming after {first} complete shard(s) in {stage.dir}")
     return StageRun(stage, h, first, False)

@@ -6,13 +6,24 @@ to each sample record. Identical (tool, input, date) calls run once.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 
 from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.records import ExecuteRecord
-from toolformer.run.folder import Stage, fmt_pct, read_documents, run_sharded
+from toolformer.run.folder import (
+    DocumentStore,
+    Stage,
+    atomic_write_text,
+    count_records,
+    fmt_pct,
+    iter_jsonl,
+    run_sharded,
+    upstream_total,
+)
+from toolformer.run.parallel import ranks
 from toolformer.stages import StageResult, start
 from toolformer.stages.sample import check_tools
 from toolformer.tools.sandbox import build_sandbox
@@ -24,17 +35,34 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     run = start(cfg, "execute", force)
     if run.skipped:
         return run.result()
-    docs = read_documents(cfg.run_dir)
-    candidates = list(upstream.records())
+    docs = DocumentStore(cfg.run_dir)
     check_tools(cfg)  # refuses unknown tools and those with side effects
     sandbox = build_sandbox(cfg, cache=cfg.execute.cache)
 
-    def process(group: list[dict]) -> list[ExecuteRecord]:
-        outcomes = sandbox.run_many([(r["tool"], r["input"], docs[r["doc_id"]]["date"]) for r in group])
+    def process(g: int, shards: list) -> list[ExecuteRecord]:
+        """Shard g: the calls of upstream shard g, one upstream shard in memory at a time."""
+        group = [rec for _, rec in iter_jsonl(shards[0])]
+        dates = {d: docs[d]["date"] for d in {r["doc_id"] for r in group}}
+        before = sandbox.calls_executed
+        outcomes = sandbox.run_many([(r["tool"], r["input"], dates[r["doc_id"]]) for r in group])
+        atomic_write_text(run.stage.part_path(g, RUN_PART), json.dumps({"calls_run": sandbox.calls_executed - before}))
         return [ExecuteRecord(**r, result=o.result, error=o.error) for r, o in zip(group, outcomes)]
 
-    with tqdm(total=len(candidates), desc="execute", unit="call") as bar:
-        run_sharded(run.stage, candidates, cfg.shard_size, run.first_shard, process, bar)
+    total = upstream_total(upstream)
+    with tqdm(total=total, desc="execute", unit="call", disable=not ranks().main) as bar:
+        run_sharded(run.stage, ([s] for s in upstream.shards()), process, bar, width=lambda g: count_records(g[0]))
+    docs.close()
+    if run.all_done():
+        finish(cfg, run)
+    return run.release()
+
+
+RUN_PART = ".calls.json"  # tool calls a shard ran (the rest came from its process's cache)
+
+
+def finish(cfg: PipelineConfig, run) -> None:
+    """Main process, every shard written: counts and manifest."""
+    calls_run = sum(json.loads(p.read_text(encoding="utf-8"))["calls_run"] for p in run.stage.parts(RUN_PART))
     per_tool: dict[str, dict] = {t: {"candidates": 0, "ok": 0, "failed": 0} for t in cfg.tools.enabled}
     errors: dict[str, int] = defaultdict(int)
     for r in run.stage.records():
@@ -43,11 +71,10 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
         c["ok" if r["error"] is None else "failed"] += 1
         if r["error"] is not None:
             errors[r["error"]["code"]] += 1
-    counts = {"per_tool": dict(per_tool), "errors": dict(errors), "unique_calls_run": sandbox.calls_executed}
-    run.stage.finish(run.hash, cfg.seed, counts)
+    counts = {"per_tool": dict(per_tool), "errors": dict(errors), "unique_calls_run": calls_run}
+    run.stage.finish(run.hash, cfg.seed, counts, processes=ranks().world)
     total = sum(c["candidates"] for c in per_tool.values())
     ok = sum(c["ok"] for c in per_tool.values())
     parts = ", ".join(f"{t} {c['ok']:,}/{c['candidates']:,}" for t, c in per_tool.items())
     print(f"execute: {ok:,} of {total:,} calls returned a result ({fmt_pct(ok, total)}; {parts}); "
-          f"{sandbox.calls_executed:,} unique calls run")
-    return run.result()
+          f"{calls_run:,} tool calls run (the others from the cache)")

@@ -23,7 +23,8 @@ from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_thre
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.records import FilterRecord
-from toolformer.run.folder import Stage, fmt_pct, read_documents, run_sharded
+from toolformer.run.folder import DocumentStore, Stage, count_records, fmt_pct, iter_jsonl, run_sharded, upstream_total
+from toolformer.run.parallel import ranks
 from toolformer.stages import StageResult, start
 from toolformer.tools.calls import get_style
 
@@ -35,7 +36,7 @@ def tau_for(cfg: PipelineConfig, tool: str) -> float:
 class CandidateScorer:
     """Turns executed records into filter records (losses and ``kept``)."""
 
-    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs: dict[str, dict]):
+    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs):
         self.cfg, self.tok, self.docs = cfg, tokenizer, docs
         self.style = get_style(cfg.calls.style)
         self.bos = tuple(bos_ids(tokenizer))
@@ -46,6 +47,8 @@ class CandidateScorer:
 
     def text_ids(self, doc_id: str) -> list[int]:
         if doc_id not in self._texts:
+            if len(self._texts) > 4096:
+                self._texts.clear()  # documents of earlier shards: memory stays bounded
             self._texts[doc_id] = tokenize_text(self.tok, self.docs[doc_id]["text"]).ids
         return self._texts[doc_id]
 
@@ -102,12 +105,24 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     model, tok = load(cfg.model, cfg.calls)
     if cfg.filter.dtype != "auto":
         model = model.to(DTYPES[cfg.filter.dtype])
-    scorer = CandidateScorer(cfg, model, tok, read_documents(cfg.run_dir))
-    executed = list(upstream.records())
-    # Filter shards are larger than the others: long groups batch better.
-    shard = cfg.shard_size * 4
-    with tqdm(total=len(executed), desc="filter", unit="call") as bar:
-        run_sharded(run.stage, executed, shard, run.first_shard, scorer.score, bar)
+    docs = DocumentStore(cfg.run_dir)
+    scorer = CandidateScorer(cfg, model, tok, docs)
+
+    def process(g: int, shards: list) -> list[dict]:
+        """Shard g: the executed calls of upstream shard g, one upstream shard in memory at a time."""
+        return scorer.score([rec for _, rec in iter_jsonl(shards[0])])
+
+    total = upstream_total(upstream)
+    with tqdm(total=total, desc="filter", unit="call", disable=not ranks().main) as bar:
+        run_sharded(run.stage, ([s] for s in upstream.shards()), process, bar, width=lambda g: count_records(g[0]))
+    docs.close()
+    if run.all_done():
+        finish(cfg, run)
+    return run.release()
+
+
+def finish(cfg: PipelineConfig, run) -> None:
+    """Main process, every shard written: counts and manifest."""
     per_tool: dict[str, dict] = {t: {"candidates": 0, "scored": 0, "kept": 0} for t in cfg.tools.enabled}
     for r in run.stage.records():
         c = per_tool[r["tool"]]
@@ -116,9 +131,8 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
         c["kept"] += int(r["kept"])
     counts = {"per_tool": dict(per_tool)}
     run.stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path,
-                     tau_filter={t: tau_for(cfg, t) for t in per_tool}, shard_records=shard)
+                     tau_filter={t: tau_for(cfg, t) for t in per_tool}, processes=ranks().world)
     total = sum(c["candidates"] for c in per_tool.values())
     kept = sum(c["kept"] for c in per_tool.values())
     parts = ", ".join(f"{t} {c['kept']:,}/{c['candidates']:,}" for t, c in per_tool.items())
     print(f"filter: kept {kept:,} of {total:,} calls ({fmt_pct(kept, total)}; {parts})")
-    return run.result()

@@ -29,9 +29,10 @@ import torch
 
 from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
-from toolformer.lm.training import TrainArgs, pack_sequences, train_causal_lm, use_cpu
+from toolformer.lm.training import TrainArgs, pack_sequences, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
+from toolformer.run.parallel import use_cpu
 from toolformer.stages import StageResult, seed_everything, stage_hash, start
 
 # Fields that may change between runs without invalidating the checkpoints:

@@ -3,24 +3,40 @@
 Per document (or window) and tool: the tool's pre-filter (optional), then the
 paper's sampler (score every position with P(x), keep p_i > tau_s, top k,
 sample m calls per kept position) and/or the rule-based proposers. Writes the
-scored documents once (``documents.jsonl``) and candidate records
-``{doc_id, tool, input, position, char_start, p_i, source}``.
+scored documents once (``documents.jsonl`` and its index) and candidate
+records (:class:`toolformer.records.SampleRecord`).
+
+The corpus is read as a stream, ``shard_size`` documents per shard; under
+``accelerate launch`` each process takes every N-th group
+(:mod:`toolformer.run.parallel`). A shard leaves its windows and counts
+beside it; the main process merges them when every shard is written.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import defaultdict
 
 import torch
 from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.corpus import read_corpus, split_windows
+from toolformer.corpus import iter_corpus, split_windows
 from toolformer.lm.modeling import bos_ids, load, model_window, set_threads
 from toolformer.lm.textpos import tokenize_text
 from toolformer.records import SampleRecord
-from toolformer.run.folder import fmt_pct, run_sharded, write_documents
+from toolformer.run.folder import (
+    atomic_write_text,
+    chunked,
+    document_row,
+    dumps,
+    fmt_pct,
+    iter_jsonl,
+    run_sharded,
+    write_documents,
+)
+from toolformer.run.parallel import ranks
 from toolformer.stages import StageResult, start
 from toolformer.stages.proposers import RULE_TOOLS, passes_prefilter, propose
 from toolformer.tools import REGISTRY, build_tool, render_prompt
@@ -83,30 +99,56 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     settings = {t: tool_settings(cfg, t) for t in tools}
     uses_sampler = any(m in ("sampler", "both") for *_, m in settings.values())
     model, tok = load(cfg.model, cfg.calls)
-    window = model_window(model, cfg.model)
-    corpus = read_corpus(cfg.corpus)
-    if not corpus.documents:
-        raise ValueError(f"{cfg.corpus.path}: no usable documents ({len(corpus.rejected)} rejected)")
-    docs = split_windows(corpus.documents, tok, window_tokens(cfg, tok, window, uses_sampler))
-    write_documents(cfg.run_dir, docs)
-    run.stage.write_rejected(corpus.rejected)
+    max_tokens = window_tokens(cfg, tok, model_window(model, cfg.model), uses_sampler)
     samplers = make_samplers(cfg, settings, model, tok) if uses_sampler else {}
+    rejected: list[dict] = []
+    seen = [0]  # documents read
 
-    def process(group: list[dict]) -> list[dict]:
-        return annotate_group(cfg, tok, settings, samplers, group)
+    def documents():
+        for doc in iter_corpus(cfg.corpus, rejected):
+            seen[0] += 1
+            yield doc
 
-    with tqdm(total=len(docs), desc="sample", unit="doc") as bar:
-        run_sharded(run.stage, docs, cfg.shard_size, run.first_shard, process, bar)
-    per_tool = count_per_tool(cfg, run.stage, docs, tok, tools)
-    counts = {"documents": len(corpus.documents), "windows": len(docs), "rejected": len(corpus.rejected),
-              "per_tool": per_tool}
-    run.stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path)
+    def process(g: int, group: list[dict]) -> list[dict]:
+        """One group of corpus documents: its windows and counts beside the shard, then its candidates."""
+        docs = split_windows(group, tok, max_tokens)
+        records, counts = annotate_group(cfg, tok, settings, samplers, docs)
+        atomic_write_text(run.stage.part_path(g, DOCS_PART), "".join(dumps(document_row(d)) + "\n" for d in docs))
+        atomic_write_text(run.stage.part_path(g, COUNTS_PART), json.dumps({"windows": len(docs), "per_tool": counts}))
+        return records
+
+    with tqdm(desc="sample", unit="doc", disable=not ranks().main) as bar:
+        run_sharded(run.stage, chunked(documents(), cfg.shard_size), process, bar)
+    if not seen[0]:  # every process read the whole stream: all stop here alike
+        raise ValueError(f"{cfg.corpus.path}: no usable documents ({len(rejected)} rejected)")
+    if run.all_done():
+        finish(cfg, run, tools, seen[0], rejected)
+    return run.release()
+
+
+DOCS_PART = ".documents.jsonl"  # a shard's documents (windows); documents.jsonl is made from them at the end
+COUNTS_PART = ".counts.json"  # a shard's windows and per-tool counts
+
+
+def finish(cfg: PipelineConfig, run, tools: list[str], n_documents: int, rejected: list[dict]) -> None:
+    """Main process, every shard written: documents.jsonl (+ index) from the shards' parts, counts, manifest."""
+    stage = run.stage
+    write_documents(cfg.run_dir, (rec for part in stage.parts(DOCS_PART) for _, rec in iter_jsonl(part)))
+    per_tool = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in tools}
+    windows = 0
+    for part in stage.parts(COUNTS_PART):
+        counts = json.loads(part.read_text(encoding="utf-8"))
+        windows += counts["windows"]
+        for t, c in counts["per_tool"].items():
+            for k, v in c.items():
+                per_tool[t][k] += v
+    stage.write_rejected(rejected)
+    counts = {"documents": n_documents, "windows": windows, "rejected": len(rejected), "per_tool": per_tool}
+    stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path, processes=ranks().world)
     total = sum(v["candidates"] for v in per_tool.values())
     parts = ", ".join(f"{t} {v['candidates']:,} at {v['positions']:,} positions" for t, v in per_tool.items())
-    n_rejected = len(corpus.rejected)
-    print(f"sample: {total:,} candidates in {len(docs):,} documents ({parts}); "
-          f"{n_rejected:,} records rejected ({fmt_pct(n_rejected, n_rejected + len(corpus.documents))})")
-    return run.result()
+    print(f"sample: {total:,} candidates in {windows:,} documents ({parts}); "
+          f"{len(rejected):,} records rejected ({fmt_pct(len(rejected), len(rejected) + n_documents)})")
 
 
 def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], model, tok) -> dict:
@@ -123,14 +165,17 @@ def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], model, tok) -
 
 
 def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], samplers: dict,
-                   group: list[dict]) -> list[dict]:
-    """Candidate records of one shard's documents: per tool, its pre-filter, then
-    rules and/or the sampler; the same call from both counts once."""
+                   group: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+    """Candidate records of one shard's documents (per tool, its pre-filter, then
+    rules and/or the sampler; the same call from both counts once), and per
+    tool the documents passing its pre-filter, the positions and candidates."""
     tokenized = [tokenize_text(tok, d["text"]) for d in group]
     per_doc: dict[int, list[dict]] = defaultdict(list)
+    counts = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in settings}
     for tool, (tau, k, m, method) in settings.items():
         keep = [j for j, d in enumerate(group)
                 if not cfg.sample.prefilter or passes_prefilter(tool, d, tokenized[j])]
+        counts[tool]["documents"] = len(keep)
         if method in ("rules", "both"):
             for j in keep:
                 for p in propose(tool, group[j]["text"], tokenized[j], cfg.sample.max_rule_candidates):
@@ -145,7 +190,11 @@ def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], sampler
             if key not in seen:  # the same call from the sampler and a rule counts once
                 seen.add(key)
                 records.append(r)
-    return records
+        for tool in settings:
+            counts[tool]["positions"] += len({r["position"] for r in per_doc[j] if r["tool"] == tool})
+    for r in records:
+        counts[r["tool"]]["candidates"] += 1
+    return records, counts
 
 
 def _sample_calls(cfg: PipelineConfig, sampler, tool: str, tau_k_m: tuple[float, int, int], group: list[dict],
@@ -163,23 +212,6 @@ def _sample_calls(cfg: PipelineConfig, sampler, tool: str, tau_k_m: tuple[float,
     for j, calls, ps in zip(keep, sampled, scores):
         for i, tool_input in calls:
             per_doc[j].append(_record(group[j], tool, tool_input, i, tokenized[j], ps[i], "sampler"))
-
-
-def count_per_tool(cfg: PipelineConfig, stage, docs: list[dict], tok, tools: list[str]) -> dict[str, dict]:
-    """Per tool: documents passing its pre-filter, candidate positions and
-    candidates, counted from the stage's records (right also after a resume)."""
-    per_tool = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in tools}
-    for d in docs:  # documents passing each pre-filter (cheap)
-        tt = tokenize_text(tok, d["text"])
-        for t in tools:
-            per_tool[t]["documents"] += int(not cfg.sample.prefilter or passes_prefilter(t, d, tt))
-    positions: dict[str, set] = defaultdict(set)
-    for r in stage.records():
-        per_tool[r["tool"]]["candidates"] += 1
-        positions[r["tool"]].add((r["doc_id"], r["position"]))
-    for t in tools:
-        per_tool[t]["positions"] = len(positions[t])
-    return per_tool
 
 
 def _record(doc: dict, tool: str, tool_input: str, position: int, tt, p_i: float | None,

@@ -1,0 +1,80 @@
+"""The annotation stages split across the processes of a launch
+(toolformer.run.parallel): the records equal a one-process run, and a rank
+killed mid-stage resumes to the same records, with any number of processes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import ROOT, run_cli, shard_records
+
+pytestmark = pytest.mark.slow
+
+CORPUS = ROOT / "data" / "corpus.jsonl"
+
+
+def overrides(model_dir, run_dir):
+    """The Calculator's and QA's rule proposers, shards of 4 documents: sample, execute, filter."""
+    return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={CORPUS}", "shard_size=4",
+            "tools.enabled=[Calculator, QA]", "sample.method={Calculator: rules, QA: rules}",
+            f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "filter.tau_filter=0.0",
+            "stages=[sample, execute, filter]"]
+
+
+def launch(n: int, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    return subprocess.run(["bash", str(ROOT / "scripts" / "accelerate_run.sh"), str(n), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", **(env or {})})
+
+
+def key(r: dict) -> tuple:
+    return r["doc_id"], r["position"], r["tool"], r["input"]
+
+
+@pytest.fixture(scope="module")
+def one_process(tiny_model_dir, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("one") / "run"
+    res = run_cli(["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir)])
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run_dir
+
+
+def test_two_processes_write_the_records_of_one(tiny_model_dir, tmp_path, one_process):
+    run_dir = tmp_path / "run"
+    res = launch(2, ["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir)])
+    assert res.returncode == 0, res.stderr[-3000:]
+    for stage in ("sample", "execute", "filter"):
+        two, one = shard_records(run_dir, stage), shard_records(one_process, stage)
+        assert len(one) > 50 and sorted(two, key=key) == sorted(one, key=key), stage
+        assert two == one  # shards are numbered globally: even the order is the same
+        manifest = json.loads((run_dir / stage / "manifest.json").read_text())
+        assert manifest["processes"] == 2
+        assert manifest["counts"] == json.loads((one_process / stage / "manifest.json").read_text())["counts"]
+    docs = (run_dir / "sample" / "documents.jsonl").read_text()
+    assert docs == (one_process / "sample" / "documents.jsonl").read_text()
+    assert any(r["kept"] for r in shard_records(run_dir, "filter"))
+
+
+def test_a_rank_killed_mid_filter_resumes_to_the_same_records(tiny_model_dir, tmp_path, one_process):
+    run_dir = tmp_path / "run"
+    args = ["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir)]
+    killed = launch(2, args, {"TOOLFORMER_FAULT": "filter:1:SIGKILL:1"})  # rank 1, after its first filter shard
+    assert killed.returncode != 0
+    assert not (run_dir / "filter" / "manifest.json").exists()
+    done = sorted(p.name for p in (run_dir / "filter").glob("shard-*.jsonl"))
+    assert "shard-00001.jsonl" in done  # rank 1's first shard was written before the kill
+    again = launch(2, args)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "filter: resuming after" in again.stdout
+    assert shard_records(run_dir, "filter") == shard_records(one_process, "filter")
+    # The same folder finished by one process after a 2-process run was stopped: the shards are numbered
+    # globally, so another number of processes resumes too.
+    (run_dir / "filter" / "manifest.json").unlink()
+    for p in list((run_dir / "filter").glob("shard-*.jsonl"))[::2]:
+        p.unlink()
+    res = run_cli(args)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert shard_records(run_dir, "filter") == shard_records(one_process, "filter")
