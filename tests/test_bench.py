@@ -3,6 +3,8 @@ not asserted: it is measured, see README "Performance")."""
 
 import json
 
+import pytest
+
 from toolformer.bench import main
 
 
@@ -25,3 +27,26 @@ def test_bench_without_sharing_scores_more_tokens(capsys):
     main([*args, "--share-prefixes"])
     heads = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert plain["filter_tokens"] > shared["filter_tokens"] > heads["filter_tokens"]
+
+
+@pytest.mark.slow
+def test_gpu_check_runs_on_the_cpu(capsys, monkeypatch, repo_root):
+    from toolformer.gpucheck import main as gpu_check
+
+    monkeypatch.chdir(repo_root)
+    assert gpu_check(["--cpu"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["device"] == "cpu" and out["bench"]["filter_over_naive"] > 1
+    p = out["precision"]
+    assert p["candidates"] == 100 and 0 <= p["flipped_share_at_median_margin"] <= 1 and p["max_abs_margin_diff"] > 0
+    assert out["finetune"]["seconds_per_step"] > 0 and out["finetune"]["parameters"] > 100_000
+    assert out["peak_memory_mib"] > 0
+    with pytest.raises(SystemExit, match="no CUDA device"):
+        gpu_check([])
+
+
+def test_tool_workers_bench(capsys, monkeypatch, repo_root):
+    monkeypatch.chdir(repo_root)
+    main(["--tool-workers", "1", "4", "--tool-calls", "40"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["ok_1_workers"] == out["ok_4_workers"] == 40 and out["calls_per_s_4_workers"] > 0

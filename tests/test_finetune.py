@@ -69,6 +69,22 @@ def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, caps
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
 
 
+def test_tuned_weights_saved_in_the_asked_dtype(tmp_path, tiny_model_dir):
+    from safetensors import safe_open
+
+    write_sums(tmp_path / "run")
+    run_stage(config(tmp_path, tiny_model_dir, "finetune.save_dtype=bfloat16", "finetune.max_steps=2"))
+    out = tmp_path / "run" / "model"
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        names = list(f.keys())  # a safetensors file is not iterable
+        assert {f.get_tensor(k).dtype for k in names} == {torch.bfloat16}
+    tuned = AutoModelForCausalLM.from_pretrained(out)
+    assert next(tuned.parameters()).dtype == torch.bfloat16
+    with pytest.raises(ValueError, match="save_dtype: 'int8' is not one of"):
+        config(tmp_path, tiny_model_dir, "finetune.save_dtype=int8")
+
+
 def test_control_data_set_and_special_call_tokens(tmp_path, tiny_model_dir):
     """Any saved data set (e.g. plain documents for a control model), another
     output folder, and the special-token call style whose tokens are added."""

@@ -285,7 +285,9 @@ def test_missing_local_paths_fail_at_once(override, message, tiny_model_dir, tmp
     assert time.perf_counter() - t0 < 5 and not (tmp_path / "run").exists()
 
 
-def test_hub_id_with_the_hub_unreachable_fails_within_5_s(tiny_model_dir, tmp_path):
+def test_hub_id_with_the_hub_unreachable_fails_fast(tiny_model_dir, tmp_path):
+    # One request of HUB_TIMEOUT_S (3 s), not the client's retries; the bound is loose for a loaded machine
+    # (process start and imports included): what it catches is a command that waits on the hub for minutes.
     silent = socket.socket()  # accepts connections, never answers
     silent.bind(("127.0.0.1", 0))
     silent.listen(8)
@@ -297,7 +299,7 @@ def test_hub_id_with_the_hub_unreachable_fails_within_5_s(tiny_model_dir, tmp_pa
         for extra in ({}, {"HF_HUB_OFFLINE": "1"}):
             t0 = time.perf_counter()
             res = run_cli(args, {**env, **extra})
-            assert time.perf_counter() - t0 < 5, extra
+            assert time.perf_counter() - t0 < 20, extra
             assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr[-2000:]
             assert "model.path: someorg/somemodel is not a local path" in res.stderr
             assert ("HF_HUB_OFFLINE is set" if extra else "the hub did not answer") in res.stderr

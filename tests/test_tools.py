@@ -141,6 +141,38 @@ def test_sandbox_cache_runs_identical_calls_once():
     assert sorted(calls) == ["a", "b"] and sb.calls_executed == 2
 
 
+def test_sandbox_per_tool_limits_and_order():
+    import threading
+
+    lock = threading.Lock()
+    in_flight: dict[str, int] = {"Slow": 0, "Fast": 0}
+    most: dict[str, int] = {"Slow": 0, "Fast": 0}
+
+    def tracked(name: str, secs: float):
+        class Tracked(Tool):
+            def run(self, tool_input, date=None):
+                with lock:
+                    in_flight[name] += 1
+                    most[name] = max(most[name], in_flight[name])
+                time.sleep(secs * (1 + int(tool_input) % 3))  # finish out of order
+                with lock:
+                    in_flight[name] -= 1
+                return f"{name} {tool_input}"
+
+        Tracked.name = name
+        return Tracked()
+
+    sb = Sandbox({"Slow": tracked("Slow", 0.03), "Fast": tracked("Fast", 0.01), "Sleeper": Sleeper()},
+                 timeout_s=1.0, concurrency=4, per_tool={"Slow": 2}, cache=False)
+    calls = [("Sleeper", "0", None)] + [(t, str(i), None) for i in range(12) for t in ("Slow", "Fast")]
+    t0 = time.monotonic()
+    outs = sb.run_many(calls)
+    assert time.monotonic() - t0 < 3  # the hung call holds no slot past its timeout
+    assert outs[0].error["code"] == "timeout"
+    assert [o.result for o in outs[1:]] == [f"{t} {i}" for t, i, _ in calls[1:]]  # the order of the calls
+    assert most == {"Slow": 2, "Fast": 4} and sb.calls_executed == 25
+
+
 @pytest.mark.parametrize("style", ["plain", "plain_ascii", "special"])
 def test_built_sandbox_removes_every_call_marker_from_results(style):
     """One marker policy (execute, evaluate, generate, `toolformer tool`): no call marker survives in a result."""

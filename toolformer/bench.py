@@ -238,11 +238,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-share", action="store_true", help="filter with one row per request (no shared rows)")
     p.add_argument("--share-prefixes", action="store_true",
                    help="also share the key/value cache of the head common to e(c, ε) and e(c, r)")
+    p.add_argument("--tool-workers", type=int, nargs="*", default=[],
+                   help="instead: WikiSearch calls/s on data/collection.jsonl with these numbers of workers (e.g. 1 8)")
+    p.add_argument("--tool-calls", type=int, default=400, help="calls for --tool-workers")
     p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
                    "--candidates executed calls of this config's run folder (e.g. configs/demo.yaml after the demo)")
     a = p.parse_args(argv)
     from toolformer.lm.modeling import resolve_device, resolve_dtype, set_threads
-    from toolformer.lm.scoring import LossScorer
 
     if a.quick:
         a.model, a.candidates, a.naive_n, a.sample_docs = "tiny", 600, 20, 8
@@ -250,29 +252,47 @@ def main(argv: list[str] | None = None) -> int:
     if a.run_config:
         print(json.dumps(bench_run_sharing(a.run_config, a.candidates)))
         return 0
+    if a.tool_workers:
+        print(json.dumps(bench_tool_workers(a.tool_workers, a.tool_calls)))
+        return 0
     device = resolve_device(a.device)
-    dtype = resolve_dtype(a.dtype, device)
-    model, vocab = build_model(a.model, dtype, device)
+    result = measure(a.model, a.candidates, a.naive_n, a.sample_docs, device, resolve_dtype(a.dtype, device),
+                     a.per_position, a.batch_tokens, not a.no_share, a.share_prefixes, a.profile)
+    print(f"limit {result['limit_tokens_per_s']:,} tok/s | filter {result['filter_tokens_per_s']:,} tok/s, "
+          f"{result['filter_candidates_per_s']:,} cand/s | naive {result['naive_candidates_per_s']:,} cand/s | "
+          f"reference {result['reference_candidates_per_s']:,} cand/s | "
+          f"sample {result['sample_docs_per_s_cache']} vs {result['sample_docs_per_s_no_cache']} docs/s")
+    print(json.dumps(result))
+    return 0
+
+
+def measure(model_name: str, candidates: int, naive_n: int, sample_docs: int, device: torch.device,
+            dtype: torch.dtype, per_position: int = 4, batch_tokens: int = 16384, share_rows: bool = True,
+            share_prefixes: bool = False, profile: bool = False) -> dict:
+    """The filter, the limit, the naive loop and the sampler on one model built in code (see the module)."""
+    from toolformer.lm.scoring import LossScorer
+
+    model, vocab = build_model(model_name, dtype, device)
     params = sum(p.numel() for p in model.parameters())
-    texts, cands = make_requests(a.candidates, vocab, a.per_position)
+    texts, cands = make_requests(candidates, vocab, per_position)
     requests = [r for c in cands for r in c]
 
-    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=a.batch_tokens, share_rows=not a.no_share,
-                        share_prefixes=a.share_prefixes)
+    scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=batch_tokens, share_rows=share_rows,
+                        share_prefixes=share_prefixes)
     scorer.losses(requests[:30], texts)  # warm-up
     scorer.tokens_scored = scorer.tokens_computed = scorer.rows_scored = 0
     _, filter_secs = timed(lambda: scorer.losses(requests, texts), device)
     filter_tps = scorer.tokens_scored / filter_secs
     filter_cps = len(cands) / filter_secs
     mean_row = max(1, scorer.tokens_scored // max(1, scorer.rows_scored))
-    limit_tps = bench_limit(model, scorer.tokens_scored, vocab, max(64, mean_row), a.batch_tokens, device)
-    naive_cps = bench_naive(model, texts, cands, device, a.naive_n)
-    reference_cps = bench_reference(model, texts, cands, device, a.naive_n * 2)
-    s_cache = bench_sample(model, device, a.sample_docs, True) if vocab >= 600 else None
-    s_plain = bench_sample(model, device, a.sample_docs, False) if vocab >= 600 else None
+    limit_tps = bench_limit(model, scorer.tokens_scored, vocab, max(64, mean_row), batch_tokens, device)
+    naive_cps = bench_naive(model, texts, cands, device, naive_n)
+    reference_cps = bench_reference(model, texts, cands, device, naive_n * 2)
+    s_cache = bench_sample(model, device, sample_docs, True) if vocab >= 600 else None
+    s_plain = bench_sample(model, device, sample_docs, False) if vocab >= 600 else None
     result = {
-        "model": a.model, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-        "N": len(cands), "share_rows": not a.no_share, "share_prefixes": a.share_prefixes and not a.no_share,
+        "model": model_name, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+        "N": len(cands), "share_rows": share_rows, "share_prefixes": share_prefixes and share_rows,
         "filter_tokens": scorer.tokens_scored,
         "filter_padding": round(1 - scorer.tokens_scored / max(1, scorer.tokens_computed), 3),
         "filter_tokens_per_s": round(filter_tps), "filter_candidates_per_s": round(filter_cps, 1),
@@ -282,13 +302,31 @@ def main(argv: list[str] | None = None) -> int:
         "filter_over_limit": round(filter_tps / limit_tps, 3), "filter_over_naive": round(filter_cps / naive_cps, 1),
         "sample_cache_speedup": s_cache and round(s_cache / s_plain, 2),
     }
-    if a.profile:
+    if profile:
         result["profile"] = profile_filter(scorer, requests, texts, device)
-    print(f"limit {limit_tps:,.0f} tok/s | filter {filter_tps:,.0f} tok/s, {filter_cps:,.1f} cand/s | "
-          f"naive {naive_cps:,.2f} cand/s | reference {reference_cps:,.2f} cand/s | "
-          f"sample {s_cache} vs {s_plain} docs/s")
-    print(json.dumps(result))
-    return 0
+    return result
+
+
+def bench_tool_workers(workers: list[int], n_calls: int) -> dict:
+    """Calls/s of WikiSearch on the shipped collection with each number of workers (one run, same queries)."""
+    from toolformer.run.folder import read_jsonl
+    from toolformer.tools.sandbox import Sandbox
+    from toolformer.tools.wikisearch import WikiSearch
+
+    rng = random.Random(0)
+    titles = [rec["title"] for rec in read_jsonl(Path("data/collection.jsonl"), ("title",))]
+    queries = [f"{rng.choice(titles)} {rng.choice(titles).split()[0]} {i}" for i in range(n_calls)]
+    tool = WikiSearch("data/collection.jsonl")
+    Sandbox({"WikiSearch": tool}, timeout_s=30).run("WikiSearch", "warm up")  # index built or loaded once
+    out = {"tool": "WikiSearch", "calls": n_calls}
+    for w in workers:
+        box = Sandbox({"WikiSearch": tool}, timeout_s=30, concurrency=w, cache=False)
+        t0 = time.perf_counter()
+        outcomes = box.run_many([("WikiSearch", q, None) for q in queries])
+        secs = time.perf_counter() - t0
+        out[f"calls_per_s_{w}_workers"] = round(n_calls / secs, 1)
+        out[f"ok_{w}_workers"] = sum(o.ok for o in outcomes)
+    return out
 
 
 if __name__ == "__main__":

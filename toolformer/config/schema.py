@@ -94,7 +94,9 @@ class ToolsConfig:
     max_result_chars: int = 300
     """Longer results are truncated."""
     concurrency: int = 4
-    """Calls run at once (threads) when executing many."""
+    """Calls of one tool run at once (threads) when executing many; each has its own timeout."""
+    per_tool_concurrency: dict[str, int] = field(default_factory=dict)
+    """Per-tool limits instead of `concurrency`, e.g. {WikiSearch: 8, MT: 1}."""
     allow_side_effects: bool = False
     """Allow tools not marked read-only to be called during annotation."""
 
@@ -185,12 +187,13 @@ class BuildConfig:
             raise ValueError(f"max_per_tool: {self.max_per_tool} is negative")
 
 
-def check_training_choices(schedule: str, dtype: str) -> None:
+def check_training_choices(schedule: str, dtype: str, save_dtype: str = "auto") -> None:
     """The checks that FinetuneConfig and the training loop's TrainArgs share."""
     if schedule not in ("linear", "cosine"):
         raise ValueError(f"schedule: {schedule!r} is not one of linear, cosine")
-    if dtype not in ("auto", "float32", "bfloat16", "float16"):
-        raise ValueError(f"dtype: {dtype!r} is not one of auto, float32, bfloat16, float16")
+    for key, value in (("dtype", dtype), ("save_dtype", save_dtype)):
+        if value not in ("auto", "float32", "bfloat16", "float16"):
+            raise ValueError(f"{key}: {value!r} is not one of auto, float32, bfloat16, float16")
 
 
 @dataclass
@@ -233,9 +236,12 @@ class FinetuneConfig:
     """Trade compute for memory."""
     dtype: str = "auto"
     """auto (bf16 on GPU, fp32 on CPU), float32, bfloat16 or float16: autocast over float32 weights."""
+    save_dtype: str = "auto"
+    """Dtype of the saved tuned model: auto (the training dtype: bfloat16 weights after bf16 training, else
+    float32), float32, bfloat16 or float16."""
 
     def validate(self) -> None:
-        check_training_choices(self.schedule, self.dtype)
+        check_training_choices(self.schedule, self.dtype, self.save_dtype)
         if not 0.0 <= self.dev_ratio < 1.0:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
 

@@ -140,6 +140,7 @@ class TrainArgs:
     seed: int = 0
     gradient_checkpointing: bool = _FT.gradient_checkpointing
     log_every: int = _FT.log_every
+    save_dtype: str = _FT.save_dtype
 
     @classmethod
     def from_config(cls, fc: FinetuneConfig, **overrides) -> TrainArgs:
@@ -148,7 +149,7 @@ class TrainArgs:
         return cls(**{**values, **overrides})
 
     def validate(self) -> None:
-        check_training_choices(self.schedule, self.dtype)
+        check_training_choices(self.schedule, self.dtype, self.save_dtype)
         for name in ("batch_size", "micro_batch_size", "max_steps", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
@@ -169,6 +170,13 @@ def _mixed_precision(dtype: str) -> str:
     if dtype == "auto":
         return "bf16" if torch.cuda.is_available() else "no"
     return {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}[dtype]
+
+
+def save_dtype(args: TrainArgs) -> torch.dtype:
+    """The dtype the tuned weights are saved in: ``save_dtype``, or with auto the training precision."""
+    if args.save_dtype != "auto":
+        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.save_dtype]
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(_mixed_precision(args.dtype), torch.float32)
 
 
 def _param_groups(model, weight_decay: float) -> list[dict]:
@@ -397,7 +405,7 @@ class Trainer:
 
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # its shard bars would break the training bar
-        _save_whole(self.accelerator, self.model, self.tokenizer, self.output_dir)
+        _save_whole(self.accelerator, self.model, self.tokenizer, self.output_dir, save_dtype(self.args))
         if bars:
             hf_logging.enable_progress_bar()
 
@@ -465,15 +473,20 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
     return Trainer(model, train, dev, args, output_dir, tokenizer, on_step).run(resume, run_key)
 
 
-def _save_whole(accelerator, model, tokenizer, output_dir: Path) -> None:
-    """``save_pretrained`` (and the tokenizer) into a temporary folder, then its
-    files renamed into ``output_dir``: a failed save leaves no partial file."""
+def _save_whole(accelerator, model, tokenizer, output_dir: Path, dtype: torch.dtype = torch.float32) -> None:
+    """``save_pretrained`` in ``dtype`` (and the tokenizer) into a temporary folder, then
+    its files renamed into ``output_dir``: a failed save leaves no partial file."""
     main = accelerator.is_main_process
     tmp = output_dir / MODEL_TMP
+    state = accelerator.get_state_dict(model)  # whole on the main process, also under FSDP
+    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
     try:
         accelerator.unwrap_model(model).save_pretrained(tmp, is_main_process=main, save_function=accelerator.save,
-                                                        state_dict=accelerator.get_state_dict(model))
+                                                        state_dict=state)
         if main:
+            config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
+            config["dtype"] = str(dtype).removeprefix("torch.")  # what the weights are (the module was float32)
+            (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
             for f in sorted(tmp.iterdir()):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-HUB_TIMEOUT_S = 3.0  # one request to the hub: a command that reads a hub id fails within 5 s
+HUB_TIMEOUT_S = 3.0  # one request to the hub, no retries: a command that reads a hub id fails after it
 
 # Names with these endings are files, never hub ids.
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".txt", ".csv", ".gz", ".zst", ".xml", ".yaml")

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import importlib
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from toolformer.config.load import config_hash, to_dict
 from toolformer.config.schema import STAGES, PipelineConfig
-from toolformer.run.folder import Stage
+from toolformer.run.folder import Stage, count_records, iter_jsonl, run_sharded, upstream_total
 from toolformer.run.parallel import Ranks, ranks
 
 # Sections every stage depends on; each stage also depends on its own section
@@ -116,6 +117,19 @@ class StageRun:
         """After the main process finished the stage: every process returns its result."""
         ranks().barrier()
         return self.result()
+
+
+def per_upstream_shard(run: StageRun, upstream: Stage, process: Callable[[int, list[dict]], list[dict]]) -> None:
+    """Shard g of ``run`` = ``process(g, records of upstream shard g)`` for the shards this process owns, one
+    upstream shard in memory at a time, with a progress bar in records."""
+    from tqdm.auto import tqdm
+
+    def records(path: Path) -> list[dict]:
+        return [rec for _, rec in iter_jsonl(path)]
+
+    with tqdm(total=upstream_total(upstream), desc=run.stage.name, unit="call", disable=not ranks().main) as bar:
+        run_sharded(run.stage, ([s] for s in upstream.shards()), lambda g, shards: process(g, records(shards[0])),
+                    bar, width=lambda shards: count_records(shards[0]))
 
 
 def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | None = None) -> StageRun:

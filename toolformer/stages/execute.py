@@ -9,22 +9,16 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 
-from tqdm.auto import tqdm
-
 from toolformer.config.schema import PipelineConfig
 from toolformer.records import ExecuteRecord
 from toolformer.run.folder import (
     DocumentStore,
     Stage,
     atomic_write_text,
-    count_records,
     fmt_pct,
-    iter_jsonl,
-    run_sharded,
-    upstream_total,
 )
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, start
+from toolformer.stages import StageResult, per_upstream_shard, start
 from toolformer.stages.sample import check_tools
 from toolformer.tools.sandbox import build_sandbox
 
@@ -39,18 +33,15 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     check_tools(cfg)  # refuses unknown tools and those with side effects
     sandbox = build_sandbox(cfg, cache=cfg.execute.cache)
 
-    def process(g: int, shards: list) -> list[ExecuteRecord]:
-        """Shard g: the calls of upstream shard g, one upstream shard in memory at a time."""
-        group = [rec for _, rec in iter_jsonl(shards[0])]
+    def process(g: int, group: list[dict]) -> list[ExecuteRecord]:
+        """Shard g: the calls of upstream shard g."""
         dates = {d: docs[d]["date"] for d in {r["doc_id"] for r in group}}
         before = sandbox.calls_executed
         outcomes = sandbox.run_many([(r["tool"], r["input"], dates[r["doc_id"]]) for r in group])
         atomic_write_text(run.stage.part_path(g, RUN_PART), json.dumps({"calls_run": sandbox.calls_executed - before}))
         return [ExecuteRecord(**r, result=o.result, error=o.error) for r, o in zip(group, outcomes)]
 
-    total = upstream_total(upstream)
-    with tqdm(total=total, desc="execute", unit="call", disable=not ranks().main) as bar:
-        run_sharded(run.stage, ([s] for s in upstream.shards()), process, bar, width=lambda g: count_records(g[0]))
+    per_upstream_shard(run, upstream, process)
     docs.close()
     if run.all_done():
         finish(cfg, run)

@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import os
 
-from tqdm.auto import tqdm
-
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.losses import is_kept, loss_minus
 from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.records import FilterRecord
-from toolformer.run.folder import DocumentStore, Stage, count_records, fmt_pct, iter_jsonl, run_sharded, upstream_total
+from toolformer.run.folder import DocumentStore, Stage, fmt_pct
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, start
+from toolformer.stages import StageResult, per_upstream_shard, start
 from toolformer.tools.calls import get_style
 
 
@@ -108,13 +106,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     docs = DocumentStore(cfg.run_dir)
     scorer = CandidateScorer(cfg, model, tok, docs)
 
-    def process(g: int, shards: list) -> list[dict]:
-        """Shard g: the executed calls of upstream shard g, one upstream shard in memory at a time."""
-        return scorer.score([rec for _, rec in iter_jsonl(shards[0])])
-
-    total = upstream_total(upstream)
-    with tqdm(total=total, desc="filter", unit="call", disable=not ranks().main) as bar:
-        run_sharded(run.stage, ([s] for s in upstream.shards()), process, bar, width=lambda g: count_records(g[0]))
+    per_upstream_shard(run, upstream, lambda g, group: scorer.score(group))
     docs.close()
     if run.all_done():
         finish(cfg, run)

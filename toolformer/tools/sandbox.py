@@ -11,6 +11,8 @@ cannot hang a stage.
 from __future__ import annotations
 
 import threading
+import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,7 +45,8 @@ class Sandbox:
     """Executes calls of the given tools.
 
     ``timeout_s``: seconds per call; ``max_result_chars``: longer results are
-    cut; ``concurrency``: calls in flight at once in :meth:`run_many`;
+    cut; ``concurrency``: calls of one tool in flight at once in
+    :meth:`run_many` (``per_tool`` sets it for single tools);
     ``forbidden_markers``: strings removed from results so a result can never
     close or open a call in the text it is inserted into.
     """
@@ -56,11 +59,13 @@ class Sandbox:
         concurrency: int = 4,
         cache: bool = True,
         forbidden_markers: Iterable[str] = (),
+        per_tool: dict[str, int] | None = None,
     ):
         self.tools = tools
         self.timeout_s = timeout_s
         self.max_result_chars = max_result_chars
         self.concurrency = max(1, concurrency)
+        self.per_tool = {t: max(1, n) for t, n in (per_tool or {}).items()}
         self.forbidden_markers = tuple(m for m in forbidden_markers if m)
         self._cache: dict[tuple, Outcome] | None = {} if cache else None
         self.calls_executed = 0  # calls that actually ran (cache misses)
@@ -89,8 +94,8 @@ class Sandbox:
             result = result[: self.max_result_chars].rstrip() + "…"
         return Outcome(result, None)
 
-    def _start(self, tool_name: str, tool_input: str, date: str | None):
-        """Start one call in a daemon thread; return (done_event, box)."""
+    def _start(self, tool_name: str, tool_input: str, date: str | None, finished: threading.Event):
+        """Start one call in a daemon thread; return (done_event, box). ``finished`` is set after ``done``."""
         box: list[Outcome] = []
         done = threading.Event()
         tool = self.tools[tool_name]
@@ -98,47 +103,64 @@ class Sandbox:
         def target() -> None:
             box.append(self._invoke(tool, tool_input, date))
             done.set()
+            finished.set()
 
         threading.Thread(target=target, daemon=True, name=f"tool-{tool_name}").start()
         return done, box
+
+    def limit(self, tool: str) -> int:
+        """Calls of ``tool`` in flight at once."""
+        return self.per_tool.get(tool, self.concurrency)
 
     def run(self, tool: str, tool_input: str, date: str | None = None) -> Outcome:
         """Execute one call (or return the cached outcome)."""
         return self.run_many([(tool, tool_input, date)])[0]
 
     def run_many(self, calls: list[tuple[str, str, str | None]]) -> list[Outcome]:
-        """Execute calls, each unique (tool, input, date) once, ``concurrency`` at a time."""
+        """Execute calls, each unique (tool, input, date) once, at most
+        :meth:`limit` of a tool at a time, each with its own timeout; the
+        outcomes come back in the order of ``calls`` whatever order they finish in."""
         keys = [self.key(*c) for c in calls]
-        todo: dict[tuple, tuple] = {}
-        for k, c in zip(keys, calls):
-            if (self._cache is None or k not in self._cache) and k not in todo:
-                todo[k] = c
+        queues: dict[str, deque] = {}
         results: dict[tuple, Outcome] = {}
-        pending = list(todo.items())
-        for start in range(0, len(pending), self.concurrency):
-            group = pending[start : start + self.concurrency]
-            started = []
-            for k, (tool, tool_input, date) in group:
-                if tool not in self.tools:
-                    results[k] = _error("unknown_tool", f"no tool named {tool!r}")
-                    continue
-                started.append((k, *self._start(tool, tool_input, date)))
-            # All calls of the group share one deadline: timeout_s from now.
-            deadline = threading.Event()
-            timer = threading.Timer(self.timeout_s, deadline.set)
-            timer.daemon = True
-            timer.start()
-            for k, done, box in started:
-                while not done.wait(0.01):
-                    if deadline.is_set():
-                        break
-                results[k] = box[0] if box else _error("timeout", f"no answer within {self.timeout_s:g} s")
-            timer.cancel()
-            self.calls_executed += len(started)
+        queued: set[tuple] = set()
+        for k, c in zip(keys, calls):
+            if (self._cache is not None and k in self._cache) or k in results or k in queued:
+                continue
+            if c[0] not in self.tools:
+                results[k] = _error("unknown_tool", f"no tool named {c[0]!r}")
+            else:
+                queued.add(k)
+                queues.setdefault(c[0], deque()).append((k, c))
+        self._run_queues(queues, results)
         if self._cache is not None:
             self._cache.update(results)
             return [self._cache[k] for k in keys]
         return [results[k] for k in keys]
+
+    def _run_queues(self, queues: dict[str, deque], results: dict[tuple, Outcome]) -> None:
+        """Start calls while their tool is under its limit; collect each when it answers or its time is up
+        (a call past its timeout is abandoned: its thread is a daemon, and its slot is given to the next)."""
+        finished = threading.Event()
+        running: dict[tuple, tuple] = {}  # key -> (tool, done, box, deadline)
+        in_flight: dict[str, int] = dict.fromkeys(queues, 0)
+        while any(queues.values()) or running:
+            for tool, queue in queues.items():
+                while queue and in_flight[tool] < self.limit(tool):
+                    k, (_, tool_input, date) = queue.popleft()
+                    running[k] = (tool, *self._start(tool, tool_input, date, finished),
+                                  time.monotonic() + self.timeout_s)
+                    in_flight[tool] += 1
+                    self.calls_executed += 1
+            next_deadline = min(r[3] for r in running.values())
+            finished.wait(max(0.0, next_deadline - time.monotonic()))
+            finished.clear()
+            now = time.monotonic()
+            for k, (tool, done, box, deadline) in list(running.items()):
+                if done.is_set() or now >= deadline:
+                    results[k] = box[0] if box else _error("timeout", f"no answer within {self.timeout_s:g} s")
+                    del running[k]
+                    in_flight[tool] -= 1
 
 
 def call_markers(style: CallStyle) -> tuple[str, ...]:
@@ -161,4 +183,5 @@ def build_sandbox(cfg: PipelineConfig, tools: dict[str, Tool] | None = None, cac
 
     tools = build_tools(cfg.tools) if tools is None else tools
     return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency, cache=cache,
+                   per_tool=cfg.tools.per_tool_concurrency,
                    forbidden_markers=call_markers(get_style(cfg.calls.style)))
