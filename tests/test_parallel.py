@@ -15,11 +15,11 @@ CORPUS = ROOT / "data" / "corpus.jsonl"
 
 
 def overrides(model_dir, run_dir):
-    """The Calculator's and QA's rule proposers, shards of 4 documents: sample, execute, filter."""
+    """The Calculator's and QA's rule proposers, shards of 4 documents: sample, execute, filter, build."""
     return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={CORPUS}", "shard_size=4",
             "tools.enabled=[Calculator, QA]", "sample.method={Calculator: rules, QA: rules}",
             f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "filter.tau_filter=0.0",
-            "stages=[sample, execute, filter]"]
+            "stages=[sample, execute, filter, build]"]
 
 
 def launch(n: int, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
@@ -56,6 +56,9 @@ def test_two_processes_write_the_records_of_one(tiny_model_dir, tmp_path, one_pr
     docs = (run_dir / "sample" / "documents.jsonl").read_text()
     assert docs == (one_process / "sample" / "documents.jsonl").read_text()
     assert any(r["kept"] for r in shard_records(run_dir, "filter"))
+    # build runs in the main process alone, after the others have left.
+    build = json.loads((run_dir / "build" / "manifest.json").read_text())
+    assert build["counts"] == json.loads((one_process / "build" / "manifest.json").read_text())["counts"]
 
 
 def test_a_rank_killed_mid_filter_resumes_to_the_same_records(tiny_model_dir, tmp_path, one_process):
@@ -63,7 +66,7 @@ def test_a_rank_killed_mid_filter_resumes_to_the_same_records(tiny_model_dir, tm
     args = ["run", "--config", "configs/tiny.yaml", *overrides(tiny_model_dir, run_dir)]
     killed = launch(2, args, {"TOOLFORMER_FAULT": "filter:1:SIGKILL:1"})  # rank 1, after its first filter shard
     assert killed.returncode != 0
-    assert not (run_dir / "filter" / "manifest.json").exists()
+    assert not (run_dir / "filter" / "manifest.json").exists() and not (run_dir / "build").exists()
     done = sorted(p.name for p in (run_dir / "filter").glob("shard-*.jsonl"))
     assert "shard-00001.jsonl" in done  # rank 1's first shard was written before the kill
     again = launch(2, args)

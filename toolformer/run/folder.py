@@ -133,6 +133,11 @@ def versions() -> dict:
     return out
 
 
+def _index(path: Path) -> int:
+    """The number in ``shard-00012.jsonl`` or ``part-00012.counts.json`` (numeric order past 99999)."""
+    return int(path.name.split("-", 1)[1].split(".", 1)[0])
+
+
 class Stage:
     """One stage's output folder."""
 
@@ -155,7 +160,7 @@ class Stage:
         return m is not None and (config_hash is None or m.get("config_hash") == config_hash)
 
     def shards(self) -> list[Path]:
-        return sorted(self.dir.glob("shard-*.jsonl"))
+        return sorted(self.dir.glob("shard-*.jsonl"), key=_index)
 
     def shard_path(self, index: int) -> Path:
         return self.dir / f"shard-{index:05d}.jsonl"
@@ -165,7 +170,7 @@ class Stage:
         return self.dir / f"part-{index:05d}{suffix}"
 
     def parts(self, suffix: str) -> list[Path]:
-        return sorted(self.dir.glob(f"part-*{suffix}"))
+        return sorted(self.dir.glob(f"part-*{suffix}"), key=_index)
 
     def records(self) -> Iterator[dict]:
         """Every record of every complete shard, in order."""
@@ -258,7 +263,7 @@ def run_sharded(stage: Stage, groups: Iterable[list], process, progress=None, wi
     ``progress`` (a tqdm bar) is advanced by ``width(group)`` per group of
     this rank, done now or before."""
     rank = rank or ranks()
-    done = {int(p.stem.split("-")[1]) for p in stage.shards()}
+    done = {_index(p) for p in stage.shards()}
     mine = sum(rank.owns(g) for g in done)
     stops.keep(f"{mine} shard(s) of {stage.name} in {stage.dir}")
     written = 0
@@ -357,7 +362,7 @@ class DocumentStore:
         index = self.path.with_name(DOCUMENT_INDEX)
         if not index.exists() or index.stat().st_mtime < self.path.stat().st_mtime:
             index_documents(self.path)
-        self.db = sqlite3.connect(f"file:{index}?mode=ro", uri=True, check_same_thread=False)
+        self.db = sqlite3.connect(f"{index.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
 
     def __getitem__(self, doc_id: str) -> dict:
         row = self.db.execute("SELECT row FROM documents WHERE doc_id = ?", (str(doc_id),)).fetchone()

@@ -17,14 +17,13 @@ from __future__ import annotations
 import os
 from functools import cache
 
-import torch
-
 
 def use_cpu() -> bool:
     """Whether accelerate must run on the CPU: asked for (``accelerate launch
     --cpu``), or several processes were launched on a machine without CUDA
     (``accelerate launch --multi_gpu`` or ``torchrun`` there), which accelerate
     then only joins into one process group (gloo) when told ``cpu``."""
+    import torch
     from accelerate.utils import parse_flag_from_env
 
     launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -65,6 +64,8 @@ class Ranks:
 
     def device(self, name: str) -> str:
         """The device a model of this rank goes to: each rank its own GPU."""
+        import torch
+
         if self.world > 1 and name in ("auto", "cuda") and torch.cuda.is_available():
             return f"cuda:{self.local_rank % torch.cuda.device_count()}"
         return name

@@ -49,9 +49,12 @@ class StageFunction(Protocol):
     def __call__(self, cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult: ...
 
 
-def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = True,
+              **options: Any) -> StageResult:
     """Run stage ``name`` (one of :data:`~toolformer.config.schema.STAGES`): the
-    ``run_stage`` of ``toolformer.stages.<name>``."""
+    ``run_stage`` of ``toolformer.stages.<name>``. Under a launch, a stage that
+    is not split runs in the main process; the others wait for it unless
+    ``wait`` is false (they have left: nothing of theirs comes after it)."""
     if name not in STAGES:
         raise ValueError(f"unknown stage {name!r} (known: {', '.join(STAGES)})")
     stage_fn: StageFunction = importlib.import_module(f"toolformer.stages.{name}").run_stage
@@ -59,7 +62,8 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, **options: An
     if rank.world == 1 or name in SPLIT:
         return stage_fn(cfg, force=force, **options)
     result = stage_fn(cfg, force=force, **options) if rank.main else None
-    rank.barrier()  # the other processes wait for the main one's stage
+    if wait:
+        rank.barrier()
     return result or StageResult(name, True, Stage(cfg.run_dir, name).manifest())
 
 
