@@ -1,3 +1,4 @@
+import json
 import time
 
 import pytest
@@ -192,3 +193,69 @@ def test_built_sandbox_removes_every_call_marker_from_results(style):
     out = sb.run("Echo", "a [b] c → d -> e <API> f </API> g")
     assert out.ok and not any(m in out.result for m in markers)
     assert out.result == ("a [b] c d e f g" if style == "special" else "a b c d e <API> f </API> g")
+
+
+# -- schemas ---------------------------------------------------------------------------------
+def test_every_tool_declares_a_valid_schema_that_its_example_satisfies():
+    from jsonschema import Draft202012Validator
+
+    from toolformer.tools import REGISTRY, build_tool
+
+    for name in REGISTRY:
+        tool = build_tool(name)
+        Draft202012Validator.check_schema(tool.input_schema)
+        validator = Draft202012Validator(tool.input_schema)
+        assert validator.is_valid(tool.arguments(tool.example)), name
+        assert tool.description and (tool.example or not tool.takes_input), name
+    calendar = build_tool("Calendar")
+    assert calendar.input_schema["properties"] == {} and calendar.arguments("ignored") == {}
+
+
+def test_arguments_are_validated_before_a_call_with_a_hint():
+    ran = []
+
+    class Units(Tool):
+        name = "Units"
+        description = "converts a length"
+        input_description = "a number of metres"
+        example = "12"
+
+        @property
+        def input_schema(self):
+            return {"type": "object", "properties": {"input": {"type": "string", "pattern": "^[0-9]+$"}},
+                    "required": ["input"], "additionalProperties": False}
+
+        def run(self, tool_input, date=None):
+            ran.append(tool_input)
+            return f"{int(tool_input) * 100} cm"
+
+    sb = Sandbox({"Units": Units()})
+    bad, good = sb.run_many([("Units", "twelve", None), ("Units", "12", None)])
+    assert bad.error["code"] == "invalid_arguments" and "does not match" in bad.error["message"]
+    assert bad.error["hint"] == "Units takes a number of metres, e.g. [Units(12)]"
+    assert good.result == "1200 cm" and ran == ["12"]  # the invalid call never reached the tool
+    syntax = Sandbox({"Calculator": build_tool("Calculator")}).run("Calculator", "3 +* 4")
+    assert syntax.error["code"] == "syntax" and "[Calculator(400 / 1400)]" in syntax.error["hint"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "openai", "anthropic", "mcp"])
+def test_tools_list_in_each_wire_format(fmt, capsys):
+    from toolformer.cli import main
+
+    assert main(["tools", "list", "--format", fmt, "--all"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    if fmt == "openai":
+        assert all(t["type"] == "function" and set(t["function"]) == {"name", "description", "parameters"}
+                   for t in out)
+        names = [t["function"]["name"] for t in out]
+    elif fmt == "anthropic":
+        assert all(set(t) == {"name", "description", "input_schema"} for t in out)
+        names = [t["name"] for t in out]
+    elif fmt == "mcp":
+        assert all(set(t) == {"name", "description", "inputSchema", "annotations"} for t in out["tools"])
+        assert all(t["annotations"]["readOnlyHint"] is True for t in out["tools"])
+        names = [t["name"] for t in out["tools"]]
+    else:
+        assert all(set(t) == {"name", "description", "input_schema", "read_only"} for t in out)
+        names = [t["name"] for t in out]
+    assert sorted(names) == ["Calculator", "Calendar", "MT", "QA", "WikiSearch"]

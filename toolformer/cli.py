@@ -107,6 +107,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     _add_config_args(p)
 
+    p = sub.add_parser("tools", help="the tools: `tools list [--format json|openai|anthropic|mcp]` prints their "
+                                     "schemas")
+    tools_sub = p.add_subparsers(dest="tools_command", metavar="<subcommand>", required=True)
+    c = tools_sub.add_parser("list", help="name, description and JSON Schema of every tool, in a wire format")
+    c.add_argument("--format", default="json", choices=("json", "openai", "anthropic", "mcp"))
+    c.add_argument("--all", action="store_true", help="every tool, not only the config's tools.enabled")
+    _add_config_args(c)
+
     p = sub.add_parser("tasks", help="evaluation files: `tasks check FILE` lists what loads and what is skipped")
     tasks_sub = p.add_subparsers(dest="tasks_command", metavar="<subcommand>", required=True)
     c = tasks_sub.add_parser("check", help="items in a task file, items loaded, items skipped and why")
@@ -230,6 +238,16 @@ def cmd_probe(args) -> int:
     return cli_probe(_load(args), args.model, args.json)
 
 
+def cmd_tools(args) -> int:
+    from toolformer.tools import REGISTRY, build_tool, catalogue
+
+    cfg = _load(args)
+    names = sorted(REGISTRY) if args.all else cfg.tools.enabled
+    print(json.dumps(catalogue({n: build_tool(n, cfg.tools) for n in names}, args.format), indent=2,
+                     ensure_ascii=False))
+    return 0
+
+
 def cmd_tasks(args) -> int:
     from toolformer.tasks.score import check_report
 
@@ -306,7 +324,8 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 
 # Commands that need no run folder: command -> function(args) -> exit code.
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "bench": cmd_bench,
-                  "inspect": cmd_inspect, "probe": cmd_probe, "tasks": cmd_tasks, "score": cmd_score}
+                  "inspect": cmd_inspect, "probe": cmd_probe, "tasks": cmd_tasks, "score": cmd_score,
+                  "tools": cmd_tools}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 WRITING_COMMANDS = {"demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
                     **{s: (lambda cfg, force, s=s: run_stage(s, cfg, force=force)) for s in STAGES if s != "inspect"}}

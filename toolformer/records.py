@@ -42,7 +42,7 @@ class ExecuteRecord(SampleRecord):
     """``RUN_DIR/execute``: + what the tool returned."""
 
     result: Annotated[str | None, "the tool's result r (null on error)"]
-    error: Annotated[dict | None, "`{code, message}` when the call returned no result"]
+    error: Annotated[dict | None, "`{code, message, hint}` when the call returned no result"]
 
 
 class FilterRecord(ExecuteRecord):

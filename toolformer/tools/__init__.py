@@ -9,7 +9,8 @@ from toolformer.tools.mt import MT
 from toolformer.tools.qa import QA
 from toolformer.tools.wikisearch import WikiSearch
 
-__all__ = ["REGISTRY", "Tool", "ToolError", "build_tool", "build_tools", "calculate", "render_prompt"]
+__all__ = ["CATALOGUE_FORMATS", "REGISTRY", "Tool", "ToolError", "build_tool", "build_tools", "calculate", "catalogue",
+           "render_prompt"]
 
 REGISTRY: dict[str, type[Tool]] = {t.name: t for t in (Calculator, Calendar, WikiSearch, QA, MT)}
 
@@ -46,3 +47,24 @@ def render_prompt(tool: Tool, text: str, style) -> str:
 
         prompt = re.sub(rf"\[{tool.name}\(([^\]]*)\)\]", lambda m: style.render(tool.name, m.group(1)), prompt)
     return prompt.replace("{text}", text)
+
+
+CATALOGUE_FORMATS = ("json", "openai", "anthropic", "mcp")
+
+
+def catalogue(tools: dict[str, Tool], fmt: str = "json") -> list | dict:
+    """The tools' schemas in a wire format: ``json`` (this project's), ``openai``
+    (chat-completions ``tools``), ``anthropic`` (messages ``tools``) or ``mcp``
+    (a ``tools/list`` result)."""
+    if fmt == "json":
+        return [t.schema() for t in tools.values()]
+    if fmt == "openai":
+        return [{"type": "function", "function": {"name": t.name, "description": t.description,
+                                                  "parameters": t.input_schema}} for t in tools.values()]
+    if fmt == "anthropic":
+        return [{"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in tools.values()]
+    if fmt == "mcp":
+        return {"tools": [{"name": t.name, "description": t.description, "inputSchema": t.input_schema,
+                           "annotations": {"readOnlyHint": t.read_only}} for t in tools.values()]}
+    raise ValueError(f"format: {fmt!r} is not one of {', '.join(CATALOGUE_FORMATS)}")

@@ -1,4 +1,11 @@
-"""What every tool is: a name, a description, a few-shot prompt and a call."""
+"""What every tool is: a name, a description, a JSON Schema of its
+arguments, a few-shot prompt and a call.
+
+The paper's tools take one string. Their schema is an object with one
+string property ``input`` (described, with an example); the text of a call
+``[Tool(x)]`` is the argument object ``{"input": "x"}``. A tool that takes
+nothing (Calendar) has an empty object schema and ignores what a call writes.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +14,17 @@ from dataclasses import dataclass
 
 class ToolError(Exception):
     """A call that yields no result. ``code`` is a short machine-readable kind
-    (``syntax``, ``division_by_zero``, ``not_found`` ...)."""
+    (``syntax``, ``division_by_zero``, ``not_found`` ...); ``hint`` says how to
+    write a call that works, when there is a way."""
 
-    def __init__(self, code: str, message: str):
+    def __init__(self, code: str, message: str, hint: str = ""):
         super().__init__(message)
         self.code = code
         self.message = message
+        self.hint = hint
 
     def as_dict(self) -> dict:
-        return {"code": self.code, "message": self.message}
+        return {"code": self.code, "message": self.message, "hint": self.hint}
 
 
 @dataclass
@@ -28,6 +37,10 @@ class Tool:
     """One paragraph: what the tool does and returns."""
     input_description = ""
     """What the input string must be."""
+    example = ""
+    """One input that works, shown in the schema."""
+    takes_input = True
+    """False for a tool whose call has no input (its schema is an empty object)."""
     prompt = ""
     """Few-shot prompt P(x) for the paper's sampler; ``{text}`` marks where x goes.
     Written with `[`, `]` and `→`; :func:`toolformer.tools.render_prompt` adapts
@@ -39,3 +52,22 @@ class Tool:
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         raise NotImplementedError
+
+    @property
+    def input_schema(self) -> dict:
+        """JSON Schema (2020-12) of the call's arguments."""
+        if not self.takes_input:
+            return {"type": "object", "properties": {}, "additionalProperties": False}
+        return {"type": "object",
+                "properties": {"input": {"type": "string", "description": self.input_description,
+                                         "examples": [self.example]}},
+                "required": ["input"], "additionalProperties": False}
+
+    def arguments(self, tool_input: str) -> dict:
+        """The argument object of a call written ``[Name(tool_input)]`` (a tool without input ignores it)."""
+        return {"input": tool_input} if self.takes_input else {}
+
+    def schema(self) -> dict:
+        """Name, description, argument schema and whether the tool only reads."""
+        return {"name": self.name, "description": self.description, "input_schema": self.input_schema,
+                "read_only": self.read_only}

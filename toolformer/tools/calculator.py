@@ -11,6 +11,7 @@ from fractions import Fraction
 from toolformer.tools.base import Tool, ToolError
 
 MAX_INPUT_CHARS = 200  # longer inputs are not arithmetic anyone writes in prose
+HINT = "numbers with + - * / and brackets, e.g. [Calculator(400 / 1400)]"
 MAX_MAGNITUDE = Fraction(10) ** 15  # larger intermediate values are refused
 MAX_NODES = 200  # bound on the size of the expression tree
 
@@ -60,7 +61,7 @@ def _evaluate(node: ast.AST) -> Fraction:
         if abs(v) > MAX_MAGNITUDE:
             raise ToolError("too_large", f"result exceeds {float(MAX_MAGNITUDE):.0e}")
         return v
-    raise ToolError("not_arithmetic", f"only + - * / on numbers are allowed, not {type(node).__name__}")
+    raise ToolError("not_arithmetic", f"only + - * / on numbers are allowed, not {type(node).__name__}", HINT)
 
 
 def format_number(value: Fraction) -> str:
@@ -79,19 +80,20 @@ def calculate(expression: str, max_chars: int = MAX_INPUT_CHARS) -> str:
     ('54', '5', '2.87')
     """
     if len(expression) > max_chars:
-        raise ToolError("too_long", f"input longer than {max_chars} characters")
+        raise ToolError("too_long", f"input longer than {max_chars} characters",
+                        f"at most {max_chars} characters: the arithmetic only, without words")
     # NFKC folds full-width digits to ASCII; other scripts' digits are refused below.
     text = unicodedata.normalize("NFKC", _normalise(expression))
     if not text:
-        raise ToolError("empty", "empty expression")
+        raise ToolError("empty", "empty expression", HINT)
     if not _ALLOWED_CHARS.match(text):
-        raise ToolError("not_arithmetic", "only digits, '.', '+', '-', '*', '/', '(' and ')' are allowed")
+        raise ToolError("not_arithmetic", "only digits, '.', '+', '-', '*', '/', '(' and ')' are allowed", HINT)
     if "**" in text or "//" in text:
-        raise ToolError("not_arithmetic", "only + - * / are allowed")
+        raise ToolError("not_arithmetic", "only + - * / are allowed", HINT)
     try:
         tree = ast.parse(text, mode="eval")
     except (SyntaxError, ValueError, RecursionError, MemoryError):
-        raise ToolError("syntax", f"cannot parse {expression!r} as arithmetic") from None
+        raise ToolError("syntax", f"cannot parse {expression!r} as arithmetic", HINT) from None
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise ToolError("too_long", "expression too large")
     try:
@@ -108,6 +110,7 @@ class Calculator(Tool):
         "left to right with the usual precedence, rounded to two decimals."
     )
     input_description = "an arithmetic expression, e.g. 400 / 1400"
+    example = "400 / 1400"
     prompt = (
         "Your task is to add calls to a Calculator API to a piece of text. A call "
         "computes a number the text needs. Write a call as \"[Calculator(expression)]\", "

@@ -32,6 +32,7 @@ class Calendar(Tool):
         "document's metadata, as a sentence naming the weekday, month, day and year."
     )
     input_description = "nothing (the input is ignored)"
+    takes_input = False
     prompt = (
         "Your task is to add calls to a Calendar API to a piece of text. A call tells "
         "you today's date, which helps with words like \"today\", \"last year\" or "

@@ -15,6 +15,7 @@ class MT(Tool):
         "translation model (an NLLB model in the paper) and returns the translation."
     )
     input_description = "a short text in any language"
+    example = "hola mundo"
     prompt = (
         "Your task is to add calls to a Machine Translation API to a piece of text. A "
         "call translates a phrase in another language into English. Write a call as "
@@ -53,7 +54,7 @@ class MT(Tool):
 
         text = tool_input.strip()
         if not text:
-            raise ToolError("empty", "nothing to translate")
+            raise ToolError("empty", "nothing to translate", "the text to translate, e.g. [MT(hola mundo)]")
         with self._lock:
             self._load()
             tok = self._tokenizer

@@ -36,6 +36,7 @@ class QA(Tool):
         "subject is named in the question, as a short answer."
     )
     input_description = "a question in natural language"
+    example = "Where does the Danube end?"
     prompt = (
         "Your task is to add calls to a Question Answering API to a piece of text. A call "
         "asks a question whose answer the text states next. Write a call as "
@@ -66,7 +67,7 @@ class QA(Tool):
     def run(self, tool_input: str, date: str | None = None) -> str:
         question = tool_input.strip()
         if not question:
-            raise ToolError("empty", "empty question")
+            raise ToolError("empty", "empty question", "a question, e.g. [QA(Where does the Danube end?)]")
         self._load()
         words = set(tokenize_words(question))
         for i, _score in self._index.search(" ".join(query_words(question)), self.candidates):

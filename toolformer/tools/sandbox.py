@@ -10,11 +10,13 @@ cannot hang a stage.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cache
 from typing import TYPE_CHECKING
 
 from toolformer.tools.base import Tool, ToolError
@@ -37,8 +39,27 @@ class Outcome:
         return {"result": self.result, "error": self.error}
 
 
-def _error(code: str, message: str) -> Outcome:
-    return Outcome(None, {"code": code, "message": message[:500]})
+def _error(code: str, message: str, hint: str = "") -> Outcome:
+    return Outcome(None, {"code": code, "message": message[:500], "hint": hint[:300]})
+
+
+@cache
+def _validator(schema_json: str):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(json.loads(schema_json))
+
+
+def check_arguments(tool: Tool, tool_input: str) -> Outcome | None:
+    """None when the call's arguments satisfy the tool's JSON Schema, else an
+    ``invalid_arguments`` error whose hint shows a call that does."""
+    errors = sorted(_validator(json.dumps(tool.input_schema, sort_keys=True)).iter_errors(tool.arguments(tool_input)),
+                    key=lambda e: list(e.path))
+    if not errors:
+        return None
+    example = f"[{tool.name}({tool.example})]" if tool.takes_input else f"[{tool.name}()]"
+    return _error("invalid_arguments", "; ".join(e.message for e in errors[:3]),
+                  f"{tool.name} takes {tool.input_description}, e.g. {example}")
 
 
 class Sandbox:
@@ -75,10 +96,13 @@ class Sandbox:
         return (tool, tool_input, date if (t is not None and t.needs_date) else None)
 
     def _invoke(self, tool: Tool, tool_input: str, date: str | None) -> Outcome:
+        invalid = check_arguments(tool, tool_input)
+        if invalid is not None:
+            return invalid
         try:
             result = tool.run(tool_input, date)
         except ToolError as e:
-            return _error(e.code, e.message)
+            return _error(e.code, e.message, e.hint)
         except RecursionError:
             return _error("exception", "RecursionError: input nested too deeply")
         except Exception as e:  # noqa: BLE001 - any tool failure is a record, not a crash

@@ -67,6 +67,7 @@ class WikiSearch(Tool):
         "and returns the best-matching snippet(s) as 'Title > text', cut to a fixed length."
     )
     input_description = "a search query, a few words"
+    example = "Danube mouth"
     prompt = (
         "Your task is to add calls to a Wikipedia Search API to a piece of text. A call "
         "looks up a fact the text states. Write a call as \"[WikiSearch(query)]\", where "
@@ -103,7 +104,7 @@ class WikiSearch(Tool):
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         if not tool_input.strip():
-            raise ToolError("empty", "empty query")
+            raise ToolError("empty", "empty query", "a few search words, e.g. [WikiSearch(Danube mouth)]")
         self._load()
         hits = self._index.search(tool_input, self.top_k)
         if not hits:
