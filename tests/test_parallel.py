@@ -19,7 +19,8 @@ def overrides(model_dir, run_dir):
     return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={CORPUS}", "shard_size=4",
             "tools.enabled=[Calculator, QA]", "sample.method={Calculator: rules, QA: rules}",
             f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "filter.tau_filter=0.0",
-            "stages=[sample, execute, filter, build]"]
+            "stages=[sample, execute, filter, build]",
+            "model.threads=1"]  # the same threads per process: float sums in the same order in both runs
 
 
 def launch(n: int, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:

@@ -26,9 +26,13 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
 
 
 def set_threads(threads: int = 0) -> None:
-    """Use one torch thread per core unless told otherwise."""
+    """Use one torch thread per core unless told otherwise; the processes of a
+    launch on one machine share its cores."""
     if not threads:
-        threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        from toolformer.run.parallel import ranks
+
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        threads = cores // ranks().local_world
     torch.set_num_threads(max(1, threads))
 
 

@@ -35,7 +35,7 @@ class Ranks:
 
     def __init__(self, launched: bool | None = None) -> None:
         self.state = None
-        self.rank, self.world, self.local_rank = 0, 1, 0
+        self.rank, self.world, self.local_rank, self.local_world = 0, 1, 0, 1
         if launched is None:
             launched = int(os.environ.get("WORLD_SIZE", "1")) > 1
         if launched:
@@ -44,6 +44,7 @@ class Ranks:
             self.state = PartialState(cpu=use_cpu())
             self.rank, self.world = self.state.process_index, self.state.num_processes
             self.local_rank = self.state.local_process_index
+            self.local_world = int(os.environ.get("LOCAL_WORLD_SIZE", self.world))  # processes on this machine
 
     @classmethod
     def single(cls) -> Ranks:
