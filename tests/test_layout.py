@@ -6,7 +6,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "toolformer"
 LAYERS = [("config",), ("run",), ("tools",), ("lm",), ("records", "corpus", "tasks"), ("inspect",), ("stages",),
-          ("world",), ("pipeline",), ("demo",), ("bench", "gpucheck"), ("cli",)]
+          ("world",), ("pipeline",), ("demo",), ("bench", "gpucheck", "mcpserve"), ("cli",)]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # The config checks names against the registries of call styles and evaluation formats, on use.
 ALLOWED = {("config", "tools"), ("config", "tasks")}

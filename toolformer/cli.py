@@ -115,6 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--all", action="store_true", help="every tool, not only the config's tools.enabled")
     _add_config_args(c)
 
+    p = sub.add_parser("mcp-serve", help="serve the enabled tools over stdio as a Model Context Protocol server")
+    _add_config_args(p)
+
     p = sub.add_parser("tasks", help="evaluation files: `tasks check FILE` lists what loads and what is skipped")
     tasks_sub = p.add_subparsers(dest="tasks_command", metavar="<subcommand>", required=True)
     c = tasks_sub.add_parser("check", help="items in a task file, items loaded, items skipped and why")
@@ -248,6 +251,12 @@ def cmd_tools(args) -> int:
     return 0
 
 
+def cmd_mcp_serve(args) -> int:
+    from toolformer.mcpserve import serve
+
+    return serve(_load(args))
+
+
 def cmd_tasks(args) -> int:
     from toolformer.tasks.score import check_report
 
@@ -325,7 +334,7 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 # Commands that need no run folder: command -> function(args) -> exit code.
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "bench": cmd_bench,
                   "inspect": cmd_inspect, "probe": cmd_probe, "tasks": cmd_tasks, "score": cmd_score,
-                  "tools": cmd_tools}
+                  "tools": cmd_tools, "mcp-serve": cmd_mcp_serve}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 WRITING_COMMANDS = {"demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
                     **{s: (lambda cfg, force, s=s: run_stage(s, cfg, force=force)) for s in STAGES if s != "inspect"}}

@@ -1,0 +1,59 @@
+"""``toolformer mcp-serve``: the enabled tools as a Model Context Protocol
+server over stdio, with the official ``mcp`` SDK.
+
+``tools/list`` gives each tool's name, description, JSON Schema
+(``inputSchema``) and ``readOnlyHint``, the same as ``toolformer tools list
+--format mcp``. ``tools/call`` runs the call through the project's sandbox
+(schema check, timeout, result cap, marker stripping, cache): a result is one
+text content; an error is ``isError`` with ``{code, message, hint}`` as
+structured content. Calendar answers with today's date (a server has no
+document date).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from toolformer import __version__
+from toolformer.config.schema import PipelineConfig
+from toolformer.tools import build_tools, catalogue
+from toolformer.tools.sandbox import build_sandbox
+
+
+def serve(cfg: PipelineConfig) -> int:
+    try:
+        import anyio
+        from mcp import types
+        from mcp.server.lowlevel import Server
+        from mcp.server.stdio import stdio_server
+    except ImportError:
+        raise ValueError("mcp-serve needs the MCP SDK: pip install 'toolformer[mcp]'") from None
+
+    tools = build_tools(cfg.tools)
+    sandbox = build_sandbox(cfg, tools)
+    listed = catalogue(tools, "mcp")["tools"]
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[types.Tool(name=t["name"], description=t["description"],
+                                                       inputSchema=t["inputSchema"],
+                                                       annotations=types.ToolAnnotations(**t["annotations"]))
+                                            for t in listed])
+
+    async def call_tool(ctx, params) -> types.CallToolResult:
+        arguments = params.arguments or {}
+        tool_input = str(arguments.get("input", ""))
+        outcome = await anyio.to_thread.run_sync(sandbox.run, params.name, tool_input, dt.date.today().isoformat())
+        if outcome.ok:
+            return types.CallToolResult(content=[types.TextContent(text=outcome.result)])
+        return types.CallToolResult(content=[types.TextContent(text=json.dumps(outcome.error))], isError=True,
+                                    structuredContent=outcome.error)
+
+    server = Server("toolformer", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+
+    async def run() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(run)
+    return 0
