@@ -21,8 +21,8 @@ from toolformer.run.folder import Stage, count_records, iter_jsonl, run_sharded,
 from toolformer.run.parallel import Ranks, ranks
 
 # Sections every stage depends on; each stage also depends on its own section
-# and those of the stages before it.
-COMMON = ("seed", "model", "calls", "corpus", "tools")
+# and those of the stages before it. shard_size fixes which work a shard holds: a rerun with another one starts over.
+COMMON = ("seed", "shard_size", "model", "calls", "corpus", "tools")
 # Stages whose work is split across the processes of a launch (toolformer.run.parallel); finetune is data-parallel
 # through its trainer; the others run in the main process while the rest wait.
 SHARDED = ("sample", "execute", "filter")
