@@ -8,6 +8,7 @@ import pytest
 from toolformer.bench import main
 
 
+@pytest.mark.slow
 def test_bench_prints_the_ratios(capsys):
     assert main(["--model", "tiny", "-n", "40", "--naive-n", "2", "--sample-docs", "1", "--threads", "1"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
@@ -18,6 +19,7 @@ def test_bench_prints_the_ratios(capsys):
     assert result["filter_over_limit"] > 0 and result["filter_over_naive"] > 0 and result["sample_cache_speedup"] > 0
 
 
+@pytest.mark.slow
 def test_bench_without_sharing_scores_more_tokens(capsys):
     args = ["--model", "tiny", "-n", "40", "--naive-n", "1", "--sample-docs", "1", "--threads", "1"]
     main(args)

@@ -203,6 +203,7 @@ def test_shipped_base_model_is_copied_when_it_matches(pretrained, tmp_path, caps
         pretrain_base_model(again)
 
 
+@pytest.mark.slow
 def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
     """data/world-base is what `toolformer pretrain --config configs/demo.yaml`
     records for today's code and config: same key, steps and weights hash."""

@@ -175,6 +175,7 @@ def test_tool_with_side_effects_refused_unless_allowed(tiny_model_dir, tmp_path,
 
 # -- bad data and bad config -------------------------------------------------------------
 
+@pytest.mark.slow
 def test_bad_corpus_records_counted_and_written_to_rejected(tiny_model_dir, tmp_path):
     corpus = tmp_path / "bad.jsonl"
     long_text = " ".join(f"The mill sold {i} sacks and {i + 1} more, {2 * i + 1} in all." for i in range(150))

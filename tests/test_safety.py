@@ -285,6 +285,7 @@ def test_missing_local_paths_fail_at_once(override, message, tiny_model_dir, tmp
     assert time.perf_counter() - t0 < 5 and not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_hub_id_with_the_hub_unreachable_fails_fast(tiny_model_dir, tmp_path):
     # One request of HUB_TIMEOUT_S (3 s), not the client's retries; the bound is loose for a loaded machine
     # (process start and imports included): what it catches is a command that waits on the hub for minutes.
