@@ -61,3 +61,15 @@ def test_gold_calls_survive_into_windows_and_the_run_folder(tmp_path, tiny_model
     assert found == [("3", "3"), ("150", "150")]
     write_documents(tmp_path / "run", docs)
     assert list(read_documents(tmp_path / "run").values()) == docs
+    # The index written beside documents.jsonl, and rebuilt for a folder that has none (an older run).
+    from toolformer.run.folder import DOCUMENT_INDEX, DocumentStore
+
+    store = DocumentStore(tmp_path / "run")
+    assert [store[d["doc_id"]] for d in docs] == docs
+    store.close()
+    (tmp_path / "run" / "sample" / DOCUMENT_INDEX).unlink()
+    store = DocumentStore(tmp_path / "run")
+    assert store[docs[-1]["doc_id"]] == docs[-1]
+    with pytest.raises(KeyError, match="no document 'nope'"):
+        store["nope"]
+    store.close()

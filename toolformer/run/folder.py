@@ -270,17 +270,14 @@ def run_sharded(stage: Stage, groups: Iterable[list], process, progress=None, wi
     for g, group in enumerate(groups):
         if not rank.owns(g):
             continue
-        if g in done:
-            if progress is not None:
-                progress.update(width(group))
-            continue
-        with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written
-            stage.write_shard(g, process(g, group))
-            written += 1
-            stops.keep(f"{mine + written} shard(s) of {stage.name} in {stage.dir}")
-            if progress is not None:
-                progress.update(width(group))
-            fault_point(stage.name, written)
+        if g not in done:
+            with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written
+                stage.write_shard(g, process(g, group))
+                written += 1
+                stops.keep(f"{mine + written} shard(s) of {stage.name} in {stage.dir}")
+                fault_point(stage.name, written)
+        if progress is not None:
+            progress.update(width(group))
     return written
 
 
@@ -325,25 +322,32 @@ def write_documents(run_dir: str | Path, docs: Iterable[dict]) -> Path:
     written from ``docs`` as they come (never all in memory)."""
     path = Path(run_dir) / "sample" / DOCUMENTS
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
-        for d in docs:
-            f.write(dumps(document_row(d)) + "\n")
+
+        def rows() -> Iterator[dict]:  # each row written to the file as the index takes it
+            for d in docs:
+                row = document_row(d)
+                f.write(dumps(row) + "\n")
+                yield row
+
+        index_documents(path, rows())
         f.flush()
         os.fsync(f.fileno())
-    index_documents(path)
     return path
 
 
-def index_documents(path: Path) -> Path:
-    """``documents.sqlite`` beside ``documents.jsonl``: doc_id -> its line."""
+def index_documents(path: Path, rows: Iterable[dict] | None = None) -> Path:
+    """``documents.sqlite`` beside ``documents.jsonl``: doc_id -> its row
+    (``rows``, or the rows of the file when not given)."""
     index = path.with_name(DOCUMENT_INDEX)
+    rows = rows if rows is not None else (rec for _, rec in iter_jsonl(path))
     with atomic_path(index) as tmp:
         tmp.unlink(missing_ok=True)
         db = sqlite3.connect(tmp)
         try:
             db.execute("CREATE TABLE documents (doc_id TEXT PRIMARY KEY, row TEXT NOT NULL)")
-            for chunk in chunked(iter_jsonl(path), 1000):
+            for chunk in chunked(rows, 1000):
                 db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?)",
-                               ((str(rec["doc_id"]), dumps(rec)) for _, rec in chunk))
+                               ((str(r["doc_id"]), dumps(r)) for r in chunk))
             db.commit()
         finally:
             db.close()

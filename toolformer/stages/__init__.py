@@ -104,7 +104,6 @@ def seed_everything(seed: int) -> None:
 class StageRun:
     stage: Stage
     hash: str
-    first_shard: int
     skipped: bool
 
     def result(self, output: Any = None) -> StageResult:
@@ -128,12 +127,25 @@ def per_upstream_shard(run: StageRun, upstream: Stage, process: Callable[[int, l
     upstream shard in memory at a time, with a progress bar in records."""
     from tqdm.auto import tqdm
 
-    def records(path: Path) -> list[dict]:
-        return [rec for _, rec in iter_jsonl(path)]
-
     with tqdm(total=upstream_total(upstream), desc=run.stage.name, unit="call", disable=not ranks().main) as bar:
-        run_sharded(run.stage, ([s] for s in upstream.shards()), lambda g, shards: process(g, records(shards[0])),
-                    bar, width=lambda shards: count_records(shards[0]))
+        run_sharded(run.stage, ([UpstreamShard(s)] for s in upstream.shards()),
+                    lambda g, shards: process(g, shards[0].records()), bar, width=lambda shards: len(shards[0]))
+
+
+class UpstreamShard:
+    """One upstream shard file, read once when its records are needed; its length without parsing otherwise."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._records: list[dict] | None = None
+
+    def records(self) -> list[dict]:
+        if self._records is None:
+            self._records = [rec for _, rec in iter_jsonl(self.path)]
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self._records) if self._records is not None else count_records(self.path)
 
 
 def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | None = None) -> StageRun:
@@ -150,10 +162,10 @@ def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | No
     if complete:
         if rank.main:
             print(f"{name}: already complete ({stage.dir}/manifest.json), skipped; --force reruns it")
-        return StageRun(stage, h, stage.manifest().get("shards", 0), True)
+        return StageRun(stage, h, True)
     seed_everything(cfg.seed)
     first = stage.begin(h, force=force) if rank.main else 0
     rank.barrier()
     if first:
         print(f"{name}: resuming after {first} complete shard(s) in {stage.dir}")
-    return StageRun(stage, h, first, False)
+    return StageRun(stage, h, False)

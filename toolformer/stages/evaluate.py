@@ -33,8 +33,8 @@ from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_thre
 from toolformer.lm.training import IGNORE_INDEX, row_nll
 from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.stages import StageResult, start
-from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_fits, gold_numbers, load_task
-from toolformer.tasks.score import score_output, task_counts
+from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_numbers, load_task
+from toolformer.tasks.score import file_counts, score_counts, score_output
 from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import build_sandbox
 
@@ -146,7 +146,7 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
     prompts = [tc.prompt.replace("{question}", it.question) for it in items]
     order = sorted(range(len(items)), key=lambda i: len(prompts[i]))
     gens = [None] * len(items)
-    max_words = tc.max_words or default_max_words(fmt)
+    max_words = word_window(tc, fmt)
     bar = tqdm(total=len(items), desc=f"evaluate {row.name} {tc.name}", unit="item")
     for s in range(0, len(order), ev.batch_size):
         idx = order[s : s + ev.batch_size]
@@ -166,6 +166,20 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
         records.append({"id": it.id, "prompt": prompt, "output": g.text, "output_without_calls": g.text_without_calls,
                         "calls": g.calls, **{k: v for k, v in scored.items() if k != "id"}})
     return records
+
+
+def word_window(tc: TaskConfig, fmt: str) -> int:
+    """QA: the words of the output searched for the answer (the task's, or the paper's for the format)."""
+    return tc.max_words or default_max_words(fmt)
+
+
+def task_summary(tc: TaskConfig, fmt: str, data: TaskData) -> dict:
+    """A task's entry in results.json: the file, the prompt, and what was scored and skipped."""
+    fc = file_counts(data, tc.kind, word_window(tc, fmt))
+    return {"path": tc.path, "format": fmt, "kind": tc.kind, "n": len(data.items), "left_out": fc["skipped"],
+            "in_file": fc["in_file"], "skip_reasons": fc["skip_reasons"],
+            "golds_longer_than_window": fc.get("golds_longer_than_window"), "prompt": tc.prompt,
+            "max_words": word_window(tc, fmt) if tc.kind == "qa" else None}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -207,14 +221,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
         "rows": results,
         "models": {r.name: r.path for r in rows},
         "skipped_rows": skipped,
-        "tasks": {tc.name: {"path": tc.path, "format": fmt, "kind": tc.kind, "n": len(d.items),
-                            "left_out": len(d.skipped), "in_file": d.total, "skip_reasons": d.reasons(),
-                            "golds_longer_than_window": sum(not gold_fits(i.answers, tc.max_words or
-                                                                          default_max_words(fmt)) for i in d.items)
-                            if tc.kind == "qa" else None,
-                            "prompt": tc.prompt,
-                            "max_words": (tc.max_words or default_max_words(fmt)) if tc.kind == "qa" else None}
-                  for tc, fmt, d in tasks},
+        "tasks": {tc.name: task_summary(tc, fmt, d) for tc, fmt, d in tasks},
         "perplexity": {"path": ev.perplexity_path, "documents": len(texts)} if texts else None,
         "decoding": {"top_k_trigger": ev.top_k_trigger, "max_calls": ev.max_calls,
                      "max_new_tokens": ev.max_new_tokens, "call_style": cfg.calls.style},
@@ -301,7 +308,7 @@ def _row_cells(model, tok, row: EvalVariant, tasks, sandbox, cfg: PipelineConfig
         records = evaluate_task(model, tok, row, tc, fmt, data, sandbox, cfg)
         atomic_write_text(out_dir / "predictions" / row.name / f"{tc.name}.jsonl",
                           "".join(dumps(r) + "\n" for r in records))
-        counts = task_counts(data, records, tc.kind, tc.max_words or default_max_words(fmt))
+        counts = score_counts(records)
         n, with_calls = counts["scored"], sum(bool(r["calls"]) for r in records)
         cells[tc.name] = {"accuracy": counts["accuracy"], "call_rate": with_calls / n, "n": n,
                           "correct": counts["correct"], "with_calls": with_calls,

@@ -25,17 +25,26 @@ def score_output(item: TaskItem, output: str, kind: str, max_words: int, decimal
     return {"id": item.id, "prediction": pred, "gold": gold, "correct": correct, "malformed_call": malformed}
 
 
-def task_counts(data: TaskData, records: list[dict], kind: str, max_words: int) -> dict:
-    """Items in the file, scored and skipped (with reasons), accuracy, malformed calls; for QA, the golds
-    longer than the word window (no output can match them)."""
+def score_counts(records: list[dict]) -> dict:
+    """Items scored, correct, accuracy and malformed calls of one system's per-item results."""
     n = len(records)
     correct = sum(bool(r["correct"]) for r in records)
-    out = {"in_file": data.total, "scored": n, "skipped": len(data.skipped), "skip_reasons": data.reasons(),
-           "correct": correct, "accuracy": correct / n if n else None,
-           "malformed_calls": sum(bool(r.get("malformed_call")) for r in records)}
+    return {"scored": n, "correct": correct, "accuracy": correct / n if n else None,
+            "malformed_calls": sum(bool(r.get("malformed_call")) for r in records)}
+
+
+def file_counts(data: TaskData, kind: str, max_words: int) -> dict:
+    """Records in the file, skipped (with reasons); for QA, the golds longer than the word window (no
+    output can match them)."""
+    out = {"in_file": data.total, "skipped": len(data.skipped), "skip_reasons": data.reasons()}
     if kind == "qa":
         out["golds_longer_than_window"] = sum(not gold_fits(i.answers, max_words) for i in data.items)
     return out
+
+
+def task_counts(data: TaskData, records: list[dict], kind: str, max_words: int) -> dict:
+    """:func:`file_counts` and :func:`score_counts` together."""
+    return {**file_counts(data, kind, max_words), **score_counts(records)}
 
 
 def check_report(path: Path, fmt: str = "auto") -> dict:

@@ -10,13 +10,11 @@ cannot hang a stage.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cache
 from typing import TYPE_CHECKING
 
 from toolformer.tools.base import Tool, ToolError
@@ -29,7 +27,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Outcome:
     result: str | None
-    error: dict | None  # {"code": ..., "message": ...}
+    error: dict | None  # {"code": ..., "message": ..., "hint": ...}
 
     @property
     def ok(self) -> bool:
@@ -43,18 +41,18 @@ def _error(code: str, message: str, hint: str = "") -> Outcome:
     return Outcome(None, {"code": code, "message": message[:500], "hint": hint[:300]})
 
 
-@cache
-def _validator(schema_json: str):
+def schema_validator(tool: Tool):
+    """A validator of ``tool``'s argument schema (the schema itself checked first)."""
     from jsonschema import Draft202012Validator
 
-    return Draft202012Validator(json.loads(schema_json))
+    Draft202012Validator.check_schema(tool.input_schema)
+    return Draft202012Validator(tool.input_schema)
 
 
-def check_arguments(tool: Tool, tool_input: str) -> Outcome | None:
+def check_arguments(tool: Tool, tool_input: str, validator) -> Outcome | None:
     """None when the call's arguments satisfy the tool's JSON Schema, else an
     ``invalid_arguments`` error whose hint shows a call that does."""
-    errors = sorted(_validator(json.dumps(tool.input_schema, sort_keys=True)).iter_errors(tool.arguments(tool_input)),
-                    key=lambda e: list(e.path))
+    errors = sorted(validator.iter_errors(tool.arguments(tool_input)), key=lambda e: list(e.path))
     if not errors:
         return None
     example = f"[{tool.name}({tool.example})]" if tool.takes_input else f"[{tool.name}()]"
@@ -89,14 +87,15 @@ class Sandbox:
         self.per_tool = {t: max(1, n) for t, n in (per_tool or {}).items()}
         self.forbidden_markers = tuple(m for m in forbidden_markers if m)
         self._cache: dict[tuple, Outcome] | None = {} if cache else None
+        self._validators = {name: schema_validator(t) for name, t in tools.items()}  # built once, not per call
         self.calls_executed = 0  # calls that actually ran (cache misses)
 
     def key(self, tool: str, tool_input: str, date: str | None) -> tuple:
         t = self.tools.get(tool)
         return (tool, tool_input, date if (t is not None and t.needs_date) else None)
 
-    def _invoke(self, tool: Tool, tool_input: str, date: str | None) -> Outcome:
-        invalid = check_arguments(tool, tool_input)
+    def _invoke(self, tool: Tool, tool_input: str, date: str | None, validator) -> Outcome:
+        invalid = check_arguments(tool, tool_input, validator)
         if invalid is not None:
             return invalid
         try:
@@ -122,10 +121,10 @@ class Sandbox:
         """Start one call in a daemon thread; return (done_event, box). ``finished`` is set after ``done``."""
         box: list[Outcome] = []
         done = threading.Event()
-        tool = self.tools[tool_name]
+        tool, validator = self.tools[tool_name], self._validators[tool_name]
 
         def target() -> None:
-            box.append(self._invoke(tool, tool_input, date))
+            box.append(self._invoke(tool, tool_input, date, validator))
             done.set()
             finished.set()
 
