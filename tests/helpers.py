@@ -1,5 +1,6 @@
 """Helpers shared by the test files: JSONL, run-folder shards, the CLI in a
-subprocess, a build stage made by hand. (``conftest.py`` puts this folder on
+subprocess, a build stage made by hand, kept filter records and a filter stage
+to build from. (``conftest.py`` puts this folder on
 ``sys.path``: ``from helpers import ...``.)"""
 
 from __future__ import annotations
@@ -54,3 +55,30 @@ def write_build(run_dir: str | Path, texts: list[str], **columns) -> None:
     stage.begin("x")
     Dataset.from_dict({"text": texts, **columns}).save_to_disk(str(stage.dir / "dataset"))
     stage.finish("x", 0, {})
+
+
+def filter_record(doc_id: str, tool: str, tool_input: str, result: str, char_start: int, loss_minus: float,
+                  loss_plus: float, kept: bool = True, style: str = "plain") -> dict:
+    """A filter record of one call (losses L⁻ and L⁺ given, tau_f 0.5), its call text in ``style``."""
+    from toolformer.tools.calls import get_style
+
+    call_style = get_style(style)
+    return {"doc_id": doc_id, "tool": tool, "input": tool_input, "position": 0, "char_start": char_start,
+            "p_i": None, "source": "rules", "result": result, "error": None,
+            "call_text": call_style.render(tool, tool_input, result),
+            "call_text_no_result": call_style.render(tool, tool_input, ""),
+            "loss_none": loss_minus, "loss_no_result": loss_minus + 0.1, "loss_with_result": loss_plus,
+            "loss_minus": loss_minus, "loss_plus": loss_plus, "tau_filter": 0.5, "kept": kept}
+
+
+def write_filter_run(run_dir: str | Path, docs: list[dict], records: list[dict]) -> None:
+    """A run folder with its documents and a finished filter stage of ``records``
+    (two shards), for the build stage to read."""
+    from toolformer.run.folder import Stage, write_documents
+
+    write_documents(run_dir, docs)
+    filt = Stage(run_dir, "filter")
+    filt.begin("x")
+    filt.write_shard(0, records[:3])
+    filt.write_shard(1, records[3:])
+    filt.finish("x", 0, {"per_tool": {}})

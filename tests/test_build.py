@@ -3,14 +3,12 @@
 import json
 
 import pytest
-from helpers import write_jsonl
+from helpers import filter_record, write_filter_run, write_jsonl
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.run.folder import Stage, write_documents
+from toolformer.run.folder import write_documents
 from toolformer.stages.build import run_stage
-from toolformer.tools.calls import get_style
 
-STYLE = get_style("plain")
 DOCS = [
     {"doc_id": "d1", "text": "She paid 18 + 12 * 3 = 54 dollars on 2021-03-04.", "date": "2021-03-04"},
     {"doc_id": "d2", "text": "Lake Orun lies near Vell. It has 4 islands.", "date": None},
@@ -21,25 +19,14 @@ DOCS = [
 ]
 
 
-def rec(doc_id, tool, tool_input, result, char_start, loss_minus, loss_plus, kept=True):
-    return {"doc_id": doc_id, "tool": tool, "input": tool_input, "position": 0, "char_start": char_start,
-            "p_i": None, "source": "rules", "result": result, "error": None,
-            "call_text": STYLE.render(tool, tool_input, result),
-            "call_text_no_result": STYLE.render(tool, tool_input, ""),
-            "loss_none": loss_minus, "loss_no_result": loss_minus + 0.1, "loss_with_result": loss_plus,
-            "loss_minus": loss_minus, "loss_plus": loss_plus, "tau_filter": 0.5, "kept": kept}
+rec = filter_record
 
 
 def make_run(tmp_path, records, **build):
     cfg = PipelineConfig(run_dir=str(tmp_path / "run"))
     for k, v in build.items():
         setattr(cfg.build, k, v)
-    write_documents(cfg.run_dir, DOCS)
-    filt = Stage(cfg.run_dir, "filter")
-    filt.begin("x")
-    filt.write_shard(0, records[:3])
-    filt.write_shard(1, records[3:])
-    filt.finish("x", 0, {"per_tool": {}})
+    write_filter_run(cfg.run_dir, DOCS, records)
     return cfg
 
 

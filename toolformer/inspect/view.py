@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from toolformer.config.load import ConfigError, load_config
+from toolformer.config.schema import PipelineConfig
 from toolformer.records import margin, required
 from toolformer.run.folder import DOCUMENTS, GOLD_CALLS, MANIFEST, read_documents, read_jsonl
 
@@ -118,6 +120,19 @@ def load_run(run_dir: str | Path) -> RunView:
     later = {s: "complete" if (run_dir / s / MANIFEST).exists() else "missing" for s in LATER_STAGES}
     return RunView(run_dir, stages, documents, stages[calls_stage].records, calls_stage, list(dict.fromkeys(tools)),
                    later)
+
+
+def run_config(cfg: PipelineConfig) -> tuple[PipelineConfig, str | None]:
+    """The config the run in ``cfg.run_dir`` saved (``config.yaml``, written by
+    ``run`` and ``demo``), else ``cfg``; plus a note when the saved file
+    cannot be read (``cfg`` is used then)."""
+    saved = Path(cfg.run_dir) / "config.yaml"
+    if not saved.exists():
+        return cfg, None
+    try:
+        return load_config(PipelineConfig, saved), None
+    except ConfigError as e:
+        return cfg, f"{e}; using the current config"
 
 
 # -- the funnel -----------------------------------------------------------------

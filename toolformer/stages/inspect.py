@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
-from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.report import margin_histogram, write_report
 from toolformer.inspect.view import (
@@ -37,6 +35,7 @@ from toolformer.inspect.view import (
     Inspection,
     in_context,
     inspect_run,
+    run_config,
 )
 from toolformer.records import margin
 from toolformer.run.folder import Stage, atomic_write_bytes, atomic_write_text, fmt_pct
@@ -47,14 +46,10 @@ from toolformer.tools.calls import get_style
 def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
     """Call style and separator the run used (its saved config.yaml), else
     those of ``cfg``; plus a warning when the saved config cannot be read."""
-    saved = Path(cfg.run_dir) / "config.yaml"
-    calls, note = cfg.calls, None
-    if saved.exists():
-        try:
-            calls = load_config(PipelineConfig, saved).calls
-        except ConfigError as e:
-            note = f"{e}; using calls.style={cfg.calls.style!r} of the current config"
-    return get_style(calls.style), calls.separator, note
+    run_cfg, note = run_config(cfg)
+    if note:
+        note = f"{note} (calls.style={cfg.calls.style!r})"
+    return get_style(run_cfg.calls.style), run_cfg.calls.separator, note
 
 
 TERMINAL_WRONG = 5  # wrong kept calls printed per tool (funnel.json and report.html hold up to GOLD_EXAMPLES)
