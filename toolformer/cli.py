@@ -37,6 +37,7 @@ STAGE_HELP = {
 
 # Commands that write into the run folder: they hold it while they run.
 WRITERS = ("run", *(s for s in STAGES if s != "inspect"), "demo", "world", "pretrain")
+EXPORT_FORMATS = ("openai", "anthropic", "jsonl")  # toolformer.inspect.export.FORMATS, kept out of the import
 # Options of `toolformer tool`, and whether each takes a value.
 TOOL_OPTIONS = {"--json": False, "--force": False, "-h": False, "--help": False, "--date": True, "--config": True,
                 "-c": True}
@@ -70,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-margin", type=float, default=None, help="only calls with L⁻ − L⁺ at least this")
     p.add_argument("--max-margin", type=float, default=None, help="only calls with L⁻ − L⁺ at most this")
     _add_config_args(p)
+
+    p = sub.add_parser("export", help="write the built data set as chat conversations with tool calls",
+                       description="Each row of RUN_DIR/build/dataset as one conversation: the text before "
+                                   "each call, the call with JSON arguments, its result, the rest of the text.")
+    p.add_argument("run_dir", help="run folder with a finished build")
+    p.add_argument("--format", required=True, choices=EXPORT_FORMATS,
+                   help="openai (chat fine-tuning with tools), anthropic (Messages API), jsonl (neutral segments)")
+    p.add_argument("--kept-only", action="store_true", help="only rows with at least one kept call")
+    p.add_argument("--out", help="output file (default: RUN_DIR/export/FORMAT.jsonl)")
+    p.add_argument("--config", "-c", help="config for a run folder without config.yaml (call style, tools)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. calls.style=special")
 
     p = sub.add_parser("tool", help="run one tool by hand and print its result",
                        description="Options may come anywhere; an input that starts with `-` is taken as "
@@ -235,6 +247,16 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    """Reads RUN_DIR/build; writes only its own output file, atomically (so it takes no lock, like inspect)."""
+    from toolformer.inspect.export import export_run
+
+    cfg = _load(args)
+    cfg.run_dir = args.run_dir
+    export_run(cfg, args.format, args.out, args.kept_only)
+    return 0
+
+
 def cmd_probe(args) -> int:
     from toolformer.world.probe import cli_probe
 
@@ -333,8 +355,8 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 
 # Commands that need no run folder: command -> function(args) -> exit code.
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "bench": cmd_bench,
-                  "inspect": cmd_inspect, "probe": cmd_probe, "tasks": cmd_tasks, "score": cmd_score,
-                  "tools": cmd_tools, "mcp-serve": cmd_mcp_serve}
+                  "inspect": cmd_inspect, "export": cmd_export, "probe": cmd_probe, "tasks": cmd_tasks,
+                  "score": cmd_score, "tools": cmd_tools, "mcp-serve": cmd_mcp_serve}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 WRITING_COMMANDS = {"demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
                     **{s: (lambda cfg, force, s=s: run_stage(s, cfg, force=force)) for s in STAGES if s != "inspect"}}

@@ -1,2 +1,3 @@
 """Looking into a run folder: what survived each stage and why
-(:mod:`.view`), and the self-contained HTML report (:mod:`.report`)."""
+(:mod:`.view`), the self-contained HTML report (:mod:`.report`) and the built
+data set as chat conversations (:mod:`.export`)."""
