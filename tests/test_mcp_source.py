@@ -154,8 +154,14 @@ def test_the_sampler_writes_calls_of_an_mcp_tool_with_the_config_prompt(tiny_mod
 
 # -- one server ------------------------------------------------------------------------
 
-def test_allow_list_aliases_and_calls_through_the_sandbox(tmp_path, pids):
-    """Only allowed tools exist; aliases rename; calls go through the sandbox (schema check, markers, errors)."""
+def test_allow_list_aliases_and_calls_through_the_sandbox(tmp_path, pids, tiny_model_dir):
+    """Only allowed tools exist; aliases rename; calls go through the sandbox (schema check, markers, errors),
+    also when a model writes them in generation."""
+    from scripted_lm import follow
+    from test_generate import call_script, run
+
+    from toolformer.lm.modeling import load_tokenizer
+
     entry = server("words", "gazetteer", ["lookup", "add", "echo"], pids, aliases={"add": "Add"})
     cfg = config(tmp_path, {"enabled": ["words.lookup", "Add", "words.echo", "Calculator"], "mcp_servers": [entry]})
     assert "words.shout" not in known_tools(cfg.tools)  # on the server, not allowed: invisible
@@ -166,6 +172,15 @@ def test_allow_list_aliases_and_calls_through_the_sandbox(tmp_path, pids):
                  ("Add", "2 + 3"), ("Add", '{"a": "x", "b": 1}'), ("words.echo", "a ] b [c → d"),
                  ("words.shout", "x"), ("words.add", '{"a": 1, "b": 1}'), ("Calculator", "2 * 21")]
         out = sandbox.run_many([(t, x, None) for t, x in calls])
+        tok = load_tokenizer(tiny_model_dir)
+
+        def outside(text):
+            return ["["] if text == "" else [follow(tok, text[: text.index("]") + 1] + " done.", text)]
+
+        (g,) = run(tok, call_script(tok, outside, "[words.lookup(Vell) →"), sandbox, tools=set(sandbox.tools))
+    assert g.calls == [{"tool": "words.lookup", "input": "Vell", "error": None,
+                        "result": "Vell: river, 212 kilometres long, flows into the Sallow Sea."}]
+    assert g.text_without_calls == "done."
     assert out[0].result.startswith("Aldermoor: market town")
     assert out[1].error["code"] == "tool_error" and "no place named" in out[1].error["message"]
     assert out[2].result == "5.5"
