@@ -124,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools_sub = p.add_subparsers(dest="tools_command", metavar="<subcommand>", required=True)
     c = tools_sub.add_parser("list", help="name, description and JSON Schema of every tool, in a wire format")
     c.add_argument("--format", default="json", choices=("json", "openai", "anthropic", "mcp"))
-    c.add_argument("--all", action="store_true", help="every tool, not only the config's tools.enabled")
+    c.add_argument("--all", action="store_true", help="every tool (and MCP tool allowed), not only tools.enabled")
     _add_config_args(c)
 
     p = sub.add_parser("mcp-serve", help="serve the enabled tools over stdio as a Model Context Protocol server")
@@ -158,16 +158,17 @@ def _load(args) -> PipelineConfig:
 
 
 def cmd_tool(args) -> int:
-    from toolformer.tools import REGISTRY, build_tool
+    from toolformer.tools import build_tool, known_tools
     from toolformer.tools.sandbox import build_sandbox
 
     cfg = _load(args)
-    if args.name not in REGISTRY:
-        print(f"toolformer: unknown tool {args.name!r}; known: {', '.join(sorted(REGISTRY))}", file=sys.stderr)
+    if args.name not in known_tools(cfg.tools):
+        print(f"toolformer: unknown tool {args.name!r}; known: {', '.join(known_tools(cfg.tools))}", file=sys.stderr)
         return 2
     tool = build_tool(args.name, cfg.tools)
     sandbox = build_sandbox(cfg, {tool.name: tool}, cache=False)
     out = sandbox.run(tool.name, args.input, args.date)
+    sandbox.close()
     if args.json:
         print(json.dumps({"tool": tool.name, "input": args.input, **out.as_dict()}, ensure_ascii=False))
     elif out.ok:
@@ -264,12 +265,12 @@ def cmd_probe(args) -> int:
 
 
 def cmd_tools(args) -> int:
-    from toolformer.tools import REGISTRY, build_tool, catalogue
+    from toolformer.tools import build_tools, catalogue, close_tools, known_tools
 
     cfg = _load(args)
-    names = sorted(REGISTRY) if args.all else cfg.tools.enabled
-    print(json.dumps(catalogue({n: build_tool(n, cfg.tools) for n in names}, args.format), indent=2,
-                     ensure_ascii=False))
+    tools = build_tools(cfg.tools, known_tools(cfg.tools) if args.all else None)
+    close_tools(tools)  # an MCP tool's schema was read when it was built
+    print(json.dumps(catalogue(tools, args.format), indent=2, ensure_ascii=False))
     return 0
 
 

@@ -42,7 +42,7 @@ def serve(cfg: PipelineConfig) -> int:
 
     async def call_tool(ctx, params) -> types.CallToolResult:
         arguments = params.arguments or {}
-        tool_input = str(arguments.get("input", ""))
+        tool_input = tools[params.name].input_text(arguments) if params.name in tools else ""
         outcome = await anyio.to_thread.run_sync(sandbox.run, params.name, tool_input, dt.date.today().isoformat())
         if outcome.ok:
             return types.CallToolResult(content=[types.TextContent(text=outcome.result)])
@@ -55,5 +55,8 @@ def serve(cfg: PipelineConfig) -> int:
         async with stdio_server() as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
-    anyio.run(run)
+    try:
+        anyio.run(run)
+    finally:
+        sandbox.close()  # stops the MCP servers whose tools it serves
     return 0

@@ -46,7 +46,7 @@ from toolformer.lm.textpos import marker_token_ids
 from toolformer.tools.calls import CallStyle, get_style, parse_calls, strip_calls
 
 # A prefix that can still become `Name(...`; anything else after `[` is text.
-_CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\(.*)?\Z|\Z", re.S)
+_CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(\(.*)?\Z|\Z", re.S)  # dots: MCP tools (`words.lookup`)
 # Tokens reserved per allowed call for its inserted result when the prompt is cut to the window.
 RESULT_TOKENS = 64
 
@@ -305,6 +305,7 @@ def cli_generate(args) -> int:
     gens = generate_with_tools(model, tok, args.prompts, sandbox, style, max_new_tokens=args.max_new_tokens,
                                top_k_trigger=args.top_k_trigger, max_calls=args.max_calls,
                                disabled=args.disabled, do_sample=args.sample, tools=set(sandbox.tools))
+    sandbox.close()
     window = model_window(model)
     for n, g in enumerate(gens, 1):
         if g.prompt_tokens_cut:

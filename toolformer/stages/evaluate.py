@@ -216,7 +216,11 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
     set_threads(cfg.model.threads)
     sandbox = build_sandbox(cfg) if any(r.tools for r in rows) else None
 
-    results = evaluate_rows(cfg, rows, tasks, texts, sandbox, out_dir)
+    try:
+        results = evaluate_rows(cfg, rows, tasks, texts, sandbox, out_dir)
+    finally:
+        if sandbox is not None:
+            sandbox.close()  # stops the MCP servers
     summary = {
         "rows": results,
         "models": {r.name: r.path for r in rows},

@@ -1,7 +1,8 @@
 """Stage ``execute``: run every candidate call through the tool sandbox.
 
 Adds ``result`` (string or null) and ``error`` (null or ``{code, message}``)
-to each sample record. Identical (tool, input, date) calls run once.
+to each sample record. Identical (tool, input, date) calls run once. The MCP
+servers of the enabled tools run for the stage and are stopped at its end.
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
         atomic_write_text(run.stage.part_path(g, RUN_PART), json.dumps({"calls_run": sandbox.calls_executed - before}))
         return [ExecuteRecord(**r, result=o.result, error=o.error) for r, o in zip(group, outcomes)]
 
-    per_upstream_shard(run, upstream, process)
+    try:
+        per_upstream_shard(run, upstream, process)
+    finally:
+        sandbox.close()  # stops the MCP servers
     docs.close()
     if run.all_done():
         finish(cfg, run)

@@ -4,7 +4,10 @@ Per document (or window) and tool: the tool's pre-filter (optional), then the
 paper's sampler (score every position with P(x), keep p_i > tau_s, top k,
 sample m calls per kept position) and/or the rule-based proposers. Writes the
 scored documents once (``documents.jsonl`` and its index) and candidate
-records (:class:`toolformer.records.SampleRecord`).
+records (:class:`toolformer.records.SampleRecord`). An MCP server's tool
+(``tools.mcp_servers``) borrows a built-in rule proposer and its pre-filter,
+or is sampled with the few-shot prompt its config gives; its server is started
+once, to check the tool, and stopped before sampling.
 
 The corpus is read as a stream, ``shard_size`` documents per shard; under
 ``accelerate launch`` each process takes every N-th group
@@ -39,14 +42,16 @@ from toolformer.run.folder import (
 from toolformer.run.parallel import ranks
 from toolformer.stages import StageResult, start
 from toolformer.stages.proposers import RULE_TOOLS, passes_prefilter, propose
-from toolformer.tools import REGISTRY, build_tool, render_prompt
+from toolformer.tools import REGISTRY, Tool, build_tools, close_tools, known_tools, render_prompt
+from toolformer.tools.base import side_effects_allowed
 from toolformer.tools.calls import get_style
 
 METHODS = ("sampler", "rules", "both")
 
 
-def tool_settings(cfg: PipelineConfig, tool: str) -> tuple[float, int, int, str]:
-    """(tau_s, k, m, method) for one tool, per-tool overrides applied."""
+def tool_settings(cfg: PipelineConfig, tool: str, built: Tool | None = None) -> tuple[float, int, int, str, str]:
+    """(tau_s, k, m, method, rules) for one tool, per-tool overrides applied; ``rules`` names the rule proposer
+    and pre-filter the tool uses (its own, or the one an MCP tool borrows; ``built`` is the tool)."""
     s = cfg.sample
     o = s.per_tool.get(tool)
     tau = o.tau_sample if o and o.tau_sample is not None else s.tau_sample
@@ -55,19 +60,27 @@ def tool_settings(cfg: PipelineConfig, tool: str) -> tuple[float, int, int, str]
     method = s.method.get(tool, "sampler")
     if method not in METHODS:
         raise ValueError(f"sample.method.{tool}: {method!r} is not one of {', '.join(METHODS)}")
-    if method != "sampler" and tool not in RULE_TOOLS:
-        raise ValueError(f"sample.method.{tool}: no rule-based proposer for {tool} (have: {', '.join(RULE_TOOLS)})")
-    return tau, k, m, method
+    rules = (built.proposer if built is not None else "") or tool
+    if method != "sampler" and rules not in RULE_TOOLS:
+        raise ValueError(f"sample.method.{tool}: no rule-based proposer for {rules} (have: {', '.join(RULE_TOOLS)}; "
+                         "an MCP tool borrows one with tools.mcp_servers[i].proposers)")
+    if method != "rules" and built is not None and not built.prompt:
+        raise ValueError(f"sample.method.{tool}: the paper's sampler needs a few-shot prompt, and {tool} has none "
+                         "(an MCP tool's: tools.mcp_servers[i].prompts)")
+    return tau, k, m, method, rules
 
 
 def check_tools(cfg: PipelineConfig) -> list[str]:
-    """Enabled tools, refusing those with side effects unless allowed."""
+    """Enabled tools, refusing unknown ones and built-in ones with side effects unless allowed (an MCP tool
+    with side effects is refused when it is built: its annotations come from its server)."""
+    known = known_tools(cfg.tools)
     for name in cfg.tools.enabled:
-        if name not in REGISTRY:
-            raise ValueError(f"tools.enabled: unknown tool {name!r} (known: {', '.join(sorted(REGISTRY))})")
-        if not REGISTRY[name].read_only and not cfg.tools.allow_side_effects:
+        if name not in known:
+            raise ValueError(f"tools.enabled: unknown tool {name!r} (known: {', '.join(known)})")
+        if name in REGISTRY and not REGISTRY[name].read_only \
+                and not side_effects_allowed(cfg.tools.allow_side_effects, name):
             raise ValueError(f"tools.enabled: {name} is not read-only (it has side effects); annotation refuses it "
-                             "unless tools.allow_side_effects=true")
+                             f"unless tools.allow_side_effects=true or lists {name}")
     return list(cfg.tools.enabled)
 
 
@@ -76,14 +89,14 @@ def _seed(cfg: PipelineConfig, *parts) -> int:
     return int.from_bytes(digest[:8], "little") & (2**63 - 1)
 
 
-def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: bool) -> int:
+def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: bool, prompts: list[str]) -> int:
     """Longest document piece: room for the longest prompt preamble, a copy of the text
     and a sampled call when the sampler runs; room for a call prefix otherwise."""
     if cfg.corpus.window_tokens:
         return cfg.corpus.window_tokens
     if not uses_sampler:
         return max(16, window - 32)  # room for a call as the filter's prefix
-    prompt = max(len(tokenizer(REGISTRY[t].prompt, add_special_tokens=False)["input_ids"]) for t in cfg.tools.enabled)
+    prompt = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
     room = (window - prompt - cfg.sample.max_new_tokens - 8) // 2
     if room < 16:
         raise ValueError(f"model window of {window} tokens is too small for the few-shot prompts ({prompt} tokens)")
@@ -96,11 +109,14 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
         return run.result()
     set_threads(cfg.model.threads)
     tools = check_tools(cfg)
-    settings = {t: tool_settings(cfg, t) for t in tools}
-    uses_sampler = any(m in ("sampler", "both") for *_, m in settings.values())
+    built = build_tools(cfg.tools, tools)  # MCP servers start: allow-lists, annotations and schemas checked
+    close_tools(built)  # sampling calls no tool
+    settings = {t: tool_settings(cfg, t, built[t]) for t in tools}
+    uses_sampler = any(s[3] in ("sampler", "both") for s in settings.values())
     model, tok = load(cfg.model, cfg.calls)
-    max_tokens = window_tokens(cfg, tok, model_window(model, cfg.model), uses_sampler)
-    samplers = make_samplers(cfg, settings, model, tok) if uses_sampler else {}
+    max_tokens = window_tokens(cfg, tok, model_window(model, cfg.model), uses_sampler,
+                               [built[t].prompt for t in tools])
+    samplers = make_samplers(cfg, settings, built, model, tok) if uses_sampler else {}
     rejected: list[dict] = []
     seen = [0]  # documents read
 
@@ -151,15 +167,15 @@ def finish(cfg: PipelineConfig, run, tools: list[str], n_documents: int, rejecte
           f"{len(rejected):,} records rejected ({fmt_pct(len(rejected), len(rejected) + n_documents)})")
 
 
-def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], model, tok) -> dict:
+def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], tools: dict[str, Tool], model, tok) -> dict:
     """A :class:`~toolformer.lm.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples."""
     from toolformer.lm.sampler import Sampler
 
     style = get_style(cfg.calls.style)
     samplers = {}
-    for t, (*_, method) in settings.items():
+    for t, (_, _, _, method, _) in settings.items():
         if method in ("sampler", "both"):
-            prompt = render_prompt(build_tool(t, cfg.tools), "{text}", style)
+            prompt = render_prompt(tools[t], "{text}", style)
             samplers[t] = Sampler(model, tok, style, prompt, bos_ids(tok))
     return samplers
 
@@ -172,13 +188,13 @@ def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], sampler
     tokenized = [tokenize_text(tok, d["text"]) for d in group]
     per_doc: dict[int, list[dict]] = defaultdict(list)
     counts = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in settings}
-    for tool, (tau, k, m, method) in settings.items():
+    for tool, (tau, k, m, method, rules) in settings.items():
         keep = [j for j, d in enumerate(group)
-                if not cfg.sample.prefilter or passes_prefilter(tool, d, tokenized[j])]
+                if not cfg.sample.prefilter or passes_prefilter(rules, d, tokenized[j])]
         counts[tool]["documents"] = len(keep)
         if method in ("rules", "both"):
             for j in keep:
-                for p in propose(tool, group[j]["text"], tokenized[j], cfg.sample.max_rule_candidates):
+                for p in propose(rules, group[j]["text"], tokenized[j], cfg.sample.max_rule_candidates):
                     per_doc[j].append(_record(group[j], tool, p.input, p.position, tokenized[j], None, "rules"))
         if method in ("sampler", "both") and keep:
             _sample_calls(cfg, samplers[tool], tool, (tau, k, m), group, tokenized, keep, per_doc)

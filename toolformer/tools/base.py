@@ -27,6 +27,12 @@ class ToolError(Exception):
         return {"code": self.code, "message": self.message, "hint": self.hint}
 
 
+def side_effects_allowed(allow: bool | list[str], name: str) -> bool:
+    """Whether ``tools.allow_side_effects`` (true, or a list of tool names) lets tool ``name`` run although it is
+    not read-only."""
+    return allow is True or (isinstance(allow, list) and name in allow)
+
+
 @dataclass
 class Tool:
     """Base of the tools. Subclasses set the class attributes and implement
@@ -49,6 +55,9 @@ class Tool:
     """False for tools with side effects; annotation refuses them unless allowed."""
     needs_date = False
     """The result depends on the document date (part of the cache key)."""
+    proposer = ""
+    """The rule proposer and pre-filter of `toolformer/stages/proposers.py` that propose this tool's calls;
+    empty = those named like the tool, if any (an MCP tool borrows one by config)."""
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         raise NotImplementedError
@@ -66,6 +75,14 @@ class Tool:
     def arguments(self, tool_input: str) -> dict:
         """The argument object of a call written ``[Name(tool_input)]`` (a tool without input ignores it)."""
         return {"input": tool_input} if self.takes_input else {}
+
+    def input_text(self, arguments: dict) -> str:
+        """The text of a call written ``[Name(text)]`` whose argument object is ``arguments`` (the inverse of
+        :meth:`arguments`; ``mcp-serve`` turns an MCP call's arguments into it)."""
+        return str(arguments.get("input", "")) if self.takes_input else ""
+
+    def close(self) -> None:
+        """Release what the tool holds (an MCP tool stops its server); most tools hold nothing."""
 
     def schema(self) -> dict:
         """Name, description, argument schema and whether the tool only reads."""

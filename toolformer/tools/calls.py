@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "CALL_NAME",
     "ApiCall",
     "CallStyle",
     "ParsedCall",
@@ -92,7 +93,9 @@ class ParsedCall:
     closed: bool  # the call-end marker was found
 
 
-_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+CALL_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+"""What a call can name: letters, digits and `_`, in parts joined by dots (`words.lookup`, an MCP server's tool)."""
+_NAME = re.compile(CALL_NAME)
 
 
 def _scan_input(text: str, pos: int) -> int | None:

@@ -5,7 +5,8 @@ config by :func:`build_sandbox`. A call never
 raises: it returns an :class:`Outcome` with either ``result`` or ``error``.
 A call that outlives its timeout is abandoned (its daemon thread is left to
 finish on its own) and recorded as a ``timeout`` error, so one hanging tool
-cannot hang a stage.
+cannot hang a stage. :meth:`Sandbox.close` (or leaving ``with sandbox:``)
+releases the tools: it stops the MCP servers of MCP tools.
 """
 
 from __future__ import annotations
@@ -52,7 +53,11 @@ def schema_validator(tool: Tool):
 def check_arguments(tool: Tool, tool_input: str, validator) -> Outcome | None:
     """None when the call's arguments satisfy the tool's JSON Schema, else an
     ``invalid_arguments`` error whose hint shows a call that does."""
-    errors = sorted(validator.iter_errors(tool.arguments(tool_input)), key=lambda e: list(e.path))
+    try:
+        arguments = tool.arguments(tool_input)
+    except ToolError as e:  # text that maps to no argument object (an MCP tool's JSON)
+        return _error(e.code, e.message, e.hint)
+    errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
     if not errors:
         return None
     example = f"[{tool.name}({tool.example})]" if tool.takes_input else f"[{tool.name}()]"
@@ -130,6 +135,17 @@ class Sandbox:
 
         threading.Thread(target=target, daemon=True, name=f"tool-{tool_name}").start()
         return done, box
+
+    def close(self) -> None:
+        """Release the tools (stop their MCP servers); the sandbox runs no call after this."""
+        for tool in self.tools.values():
+            tool.close()
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def limit(self, tool: str) -> int:
         """Calls of ``tool`` in flight at once."""
