@@ -363,5 +363,12 @@ def test_tiny_config_keeps_calls_of_an_mcp_tool(tiny_model_dir, tmp_path, pids):
 
     texts = load_from_disk(str(run_dir / "build" / "dataset"))["text"]
     assert any("[places.lookup(" in t for t in texts)
+    # export gets the tool's schema from its server, names it for the chat APIs and stops the server again
+    res = run_cli(["export", str(run_dir), "--format", "openai", "--kept-only", "--config", "configs/tiny.yaml",
+                   *overrides])
+    assert res.returncode == 0, res.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "export" / "openai.jsonl").read_text().splitlines()]
+    names = {t["function"]["name"] for r in records for t in r.get("tools", [])}
+    assert "places__lookup" in names, res.stdout[-2000:]
     assert_gone(pids, len(list(pids.iterdir())))
-    assert len(list(pids.iterdir())) >= 3  # sample, execute and evaluate each started it
+    assert len(list(pids.iterdir())) >= 4  # sample, execute, evaluate and export each started it

@@ -56,7 +56,7 @@ from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.view import run_config
 from toolformer.records import DatasetRow, fields
 from toolformer.run.folder import MANIFEST, Stage, atomic_path, dumps
-from toolformer.tools import REGISTRY, Tool, build_tool, catalogue
+from toolformer.tools import Tool, ToolError, build_tool, build_tools, catalogue, close_tools, known_tools
 from toolformer.tools.calls import CallStyle, get_style
 from toolformer.tools.sandbox import schema_validator
 
@@ -95,10 +95,14 @@ def tool_name(wire: str) -> str:
 
 def call_input(tool: Tool, arguments: dict) -> str:
     """What goes between the parentheses of ``[Name(...)]`` for an argument
-    object: the inverse of ``Tool.arguments`` for tools that take one string
-    ``input`` (or nothing). Refuses arguments it cannot write back."""
-    text = str(arguments.get("input", "")) if tool.takes_input else ""
-    if tool.arguments(text) != arguments:
+    object (``Tool.input_text``, the inverse of ``Tool.arguments``). Refuses
+    arguments it cannot write back."""
+    text = tool.input_text(arguments)
+    try:
+        back = tool.arguments(text)
+    except ToolError:
+        back = None
+    if back != arguments:
         raise ValueError(f"{tool.name}: arguments {json.dumps(arguments)} cannot be written as an inline call")
     return text
 
@@ -121,14 +125,16 @@ def load_tools(names: set[str], cfg: PipelineConfig) -> tuple[dict[str, ToolInfo
     """(tools usable in an export, the Skip's kind and detail for each name that is not)."""
     usable: dict[str, ToolInfo] = {}
     problems: dict[str, tuple[str, str]] = {}
+    known = known_tools(cfg.tools)
     for name in sorted(names):
-        wire = wire_name(name)
-        if name not in REGISTRY:
-            problems[name] = ("unknown tool", f"tool {name!r} is not one of {', '.join(sorted(REGISTRY))}")
-        elif wire is None:
+        if name not in known:
+            problems[name] = ("unknown tool", f"tool {name!r} is not one of {', '.join(known)}")
+        elif wire_name(name) is None:
             problems[name] = ("tool name", f"tool {name!r} has no name the chat APIs accept")
-        else:
-            usable[name] = ToolInfo(build_tool(name, cfg.tools), wire)
+    # An MCP tool's schema comes from its server: build_tools starts them (export_run stops them).
+    built = build_tools(cfg.tools, [n for n in sorted(names) if n not in problems])
+    for name, tool in built.items():
+        usable[name] = ToolInfo(tool, wire_name(name) or name)
     return usable, problems
 
 
@@ -382,7 +388,15 @@ def export_run(cfg: PipelineConfig, fmt: str, out: str | Path | None = None, kep
     style, separator = get_style(run_cfg.calls.style), run_cfg.calls.separator
     names = {c["tool"] for calls in ds["calls"] for c in json.loads(calls or "[]")}
     tools, problems = load_tools(names, run_cfg)
+    try:
+        return write_export(ds, path, fmt, style, separator, tools, problems, kept_only)
+    finally:
+        close_tools({name: info.tool for name, info in tools.items()})
 
+
+def write_export(ds, path: Path, fmt: str, style: CallStyle, separator: str, tools: dict[str, ToolInfo],
+                 problems: dict[str, tuple[str, str]], kept_only: bool) -> dict:
+    """Write every row of ``ds`` as one ``fmt`` record to ``path`` (atomically); return the counts."""
     counts: dict = {"rows": len(ds), "conversations": 0, "with_calls": 0, "calls": 0, "per_tool": Counter(),
                     "left_out_without_calls": 0, "skipped": Counter(), "invalid_calls": 0, "inputs_rewritten": 0}
     shown = 0
