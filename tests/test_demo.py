@@ -42,6 +42,12 @@ def test_every_stage_produced_its_outputs(demo_run):
         assert (run_dir / name).exists(), name
     built = [json.loads(line) for line in (run_dir / "build" / "augmented.jsonl").open()]
     assert built and all("[" in r["text"] for r in built)
+    # `toolformer generate --model RUN/model` uses the world's knowledge, recorded in the folder.
+    spec = json.loads((run_dir / "model" / "toolformer.json").read_text())
+    assert spec["tools"]["enabled"] == ["Calculator", "QA"] and spec["tools"]["data"]["knowledge"]["copied"]
+    assert spec["tools"]["data"]["knowledge"]["source"] == str((run_dir / "world" / "knowledge.jsonl").resolve())
+    assert (run_dir / "model" / "tools" / "knowledge.jsonl").read_bytes() == \
+        (run_dir / "world" / "knowledge.jsonl").read_bytes()
 
 
 def test_results_json_has_the_rows_and_fields(demo_run):

@@ -69,12 +69,19 @@ def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, caps
     assert [h["step"] for h in state["log_history"] if "loss" in h] == [1, 2, 3, 4, 5, 6]
 
 
-def test_tuned_weights_saved_in_the_asked_dtype(tmp_path, tiny_model_dir):
+def test_tuned_weights_saved_in_the_asked_dtype(tmp_path, tiny_model_dir, repo_root, monkeypatch):
     from safetensors import safe_open
 
+    monkeypatch.chdir(repo_root)  # the default tools' data: data/collection.jsonl, data/knowledge.jsonl
     write_sums(tmp_path / "run")
     run_stage(config(tmp_path, tiny_model_dir, "finetune.save_dtype=bfloat16", "finetune.max_steps=2"))
     out = tmp_path / "run" / "model"
+    # The folder records its tools; their small data is copied into it.
+    spec = json.loads((out / "toolformer.json").read_text())
+    assert spec["tools"]["enabled"] == ["Calculator", "Calendar", "WikiSearch", "QA"]
+    assert spec["tools"]["settings"]["knowledge"] == "tools/knowledge.jsonl" and spec["base_model"] == tiny_model_dir
+    assert (out / "tools" / "knowledge.jsonl").read_bytes() == (repo_root / "data" / "knowledge.jsonl").read_bytes()
+    assert "## Tools" in (out / "README.md").read_text()
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
     with safe_open(str(out / "model.safetensors"), "pt") as f:
         names = list(f.keys())  # a safetensors file is not iterable

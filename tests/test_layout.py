@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "toolformer"
-LAYERS = [("config",), ("run",), ("tools",), ("lm",), ("records", "corpus", "tasks"), ("inspect",), ("stages",),
-          ("world",), ("pipeline",), ("demo",), ("bench", "gpucheck", "mcpserve"), ("cli",)]
+LAYERS = [("config",), ("run",), ("tools",), ("lm",), ("api",), ("records", "corpus", "tasks"), ("inspect",),
+          ("stages",), ("world",), ("pipeline",), ("demo",), ("bench", "gpucheck", "mcpserve", "interact"), ("cli",)]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 # The config checks names against the registries of call styles and evaluation formats, on use.
 ALLOWED = {("config", "tools"), ("config", "tasks")}

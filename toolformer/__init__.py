@@ -2,7 +2,18 @@
 
 Pure parts (call format, loss math, tools) live in ``calls``, ``losses`` and
 ``tools``; stages that read and write run folders in ``stages``; the command
-line in ``cli``.
+line in ``cli``. ``toolformer.ToolformerModel`` (:mod:`toolformer.api`) loads
+a tuned model folder ready to call its tools; it is imported on first use, so
+that ``import toolformer`` does not import torch.
 """
 
 __version__ = "0.1.0"
+__all__ = ["ToolformerModel", "__version__"]
+
+
+def __getattr__(name: str):
+    if name == "ToolformerModel":
+        from toolformer.api import ToolformerModel
+
+        return ToolformerModel
+    raise AttributeError(f"module 'toolformer' has no attribute {name!r}")

@@ -8,7 +8,9 @@ the run folder is claimed and locked for the whole command
 (``tool``), a failed stage or a full disk, 2 a usage or config error (a
 missing path, a folder that is not toolformer's or is in use), 128 + the
 signal number when stopped by SIGINT (130) or SIGTERM (143), with one line
-saying what was kept (:mod:`toolformer.run.stops`).
+saying what was kept (:mod:`toolformer.run.stops`). ``generate`` and ``chat``
+take prompts as arguments and their settings after ``--set`` (or ``--``):
+:mod:`toolformer.interact`.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ STAGE_HELP = {
 # Commands that write into the run folder: they hold it while they run.
 WRITERS = ("run", *(s for s in STAGES if s != "inspect"), "demo", "world", "pretrain")
 EXPORT_FORMATS = ("openai", "anthropic", "jsonl")  # toolformer.inspect.export.FORMATS, kept out of the import
+# Commands whose arguments are prompts: their settings come after `--set` (or `--`).
+PROMPT_COMMANDS = ("generate", "chat")
 # Options of `toolformer tool`, and whether each takes a value.
 TOOL_OPTIONS = {"--json": False, "--force": False, "-h": False, "--help": False, "--date": True, "--config": True,
                 "-c": True}
@@ -47,6 +51,20 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", help="YAML config file (configs/*.yaml)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. filter.tau_filter=0.5")
     p.add_argument("--force", action="store_true", help="rerun stages even if their outputs are complete")
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    """Options of the commands that use a tuned model folder (generate, chat)."""
+    p.add_argument("--model", required=True, help="model folder")
+    p.add_argument("--disabled", action="store_true", help="never call a tool (Toolformer disabled)")
+    p.add_argument("--max-new-tokens", type=int, help="tokens to generate (default: the folder's decoding rule)")
+    p.add_argument("--top-k-trigger", type=int, help="call when the call-start token is in the top k (default: "
+                                                     "the folder's, the paper's 10)")
+    p.add_argument("--max-calls", type=int, help="calls per prompt (default: the folder's, the paper's 1)")
+    p.add_argument("--config", "-c", help="YAML config over the folder's record")
+    p.add_argument("--set", nargs="+", metavar="KEY=VALUE", dest="settings_help",
+                   help="config overrides, e.g. tools.knowledge=FILE; everything after --set (or --) is a setting, "
+                        "never a prompt")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,16 +115,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="data", help="folder with the texts its tokenizer learns from (default: data)")
 
-    p = sub.add_parser("generate", help="generate text with tool calls from a tuned model")
-    p.add_argument("--model", required=True, help="model folder")
-    p.add_argument("prompts", nargs="+", help="prompt(s)")
-    p.add_argument("--disabled", action="store_true", help="never call a tool (Toolformer disabled)")
-    p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--top-k-trigger", type=int, default=10, help="call when the call-start token is in the top k")
-    p.add_argument("--max-calls", type=int, default=1)
+    p = sub.add_parser("generate", help="generate text with tool calls from a tuned model",
+                       description="Uses the tools, data and decoding rule the model folder records "
+                                   "(toolformer.json); --config and the settings after --set go over them.")
+    p.add_argument("prompts", nargs="*", help="prompt(s); more from --file, or from stdin when none is given")
+    p.add_argument("--file", help="prompts, one a line, or JSON Lines with `prompt` (and `date`); - is stdin")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
-    _add_config_args(p)
+    _add_model_args(p)
+
+    p = sub.add_parser("chat", help="talk to a tuned model; each tool call is shown as it is made",
+                       description="A prompt loop: /disabled, /topk N, /calls N, /tokens N, /help, /quit.")
+    _add_model_args(p)
 
     p = sub.add_parser("demo", help="the whole method on the generated small world (configs/demo.yaml)")
     _add_config_args(p)
@@ -227,9 +247,25 @@ def held_folders(cfg: PipelineConfig, command: str) -> list[tuple[str, str]]:
 
 
 def cmd_generate(args) -> int:
-    from toolformer.lm.generate import cli_generate
+    from toolformer.interact import cli_generate
 
     return cli_generate(args)
+
+
+def cmd_chat(args) -> int:
+    from toolformer.interact import cli_chat
+
+    return cli_chat(args)
+
+
+def settings_argv(argv: list[str]) -> tuple[list[str], list[str]]:
+    """``generate`` and ``chat``: (the arguments before ``--set`` or ``--``, the settings after it)."""
+    if not argv or argv[0] not in PROMPT_COMMANDS:
+        return argv, []
+    for i, a in enumerate(argv):
+        if a in ("--set", "--"):
+            return argv[:i], [x for x in argv[i + 1:] if x not in ("--set", "--")]
+    return argv, []
 
 
 def cmd_bench(args) -> int:
@@ -355,9 +391,9 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 
 
 # Commands that need no run folder: command -> function(args) -> exit code.
-PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "bench": cmd_bench,
-                  "inspect": cmd_inspect, "export": cmd_export, "probe": cmd_probe, "tasks": cmd_tasks,
-                  "score": cmd_score, "tools": cmd_tools, "mcp-serve": cmd_mcp_serve}
+PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "chat": cmd_chat,
+                  "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "probe": cmd_probe,
+                  "tasks": cmd_tasks, "score": cmd_score, "tools": cmd_tools, "mcp-serve": cmd_mcp_serve}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 WRITING_COMMANDS = {"demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
                     **{s: (lambda cfg, force, s=s: run_stage(s, cfg, force=force)) for s in STAGES if s != "inspect"}}
@@ -389,12 +425,18 @@ def main(argv: list[str] | None = None) -> int:
     from toolformer.run.folder import disk_full
 
     parser = build_parser()
-    args, extra = parser.parse_known_args(tool_argv(list(sys.argv[1:] if argv is None else argv)))
+    argv, settings = settings_argv(tool_argv(list(sys.argv[1:] if argv is None else argv)))
+    args, extra = parser.parse_known_args(argv)
     # `inspect RUN --tool X key=value`: overrides after options arrive as extras.
     if extra:
         if not hasattr(args, "overrides") or any("=" not in e or e.startswith("-") for e in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    if args.command in PROMPT_COMMANDS:
+        bad = [x for x in settings if "=" not in x]
+        if bad:
+            parser.error(f"--set: {bad[0]!r} is not KEY=VALUE (prompts go before --set)")
+        args.overrides = settings
     if args.command is None:
         parser.print_help()
         return 2

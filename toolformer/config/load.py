@@ -173,8 +173,20 @@ def _field_is_str(cls: type, parts: list[str]) -> bool:
     return tp is str
 
 
-def load_config(cls: type, path: str | Path | None, overrides: list[str] | None = None) -> Any:
-    """Read YAML ``path`` (or start from defaults), apply overrides, validate."""
+def merge(base: dict, top: dict) -> dict:
+    """``top`` over ``base``, section by section (a list or a scalar in ``top`` replaces the one in ``base``)."""
+    out = dict(base)
+    for k, v in top.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(cls: type, path: str | Path | None, overrides: list[str] | None = None,
+                base: dict | None = None) -> Any:
+    """Read YAML ``path`` (or start from defaults), apply overrides, validate.
+
+    ``base`` holds values under the file's (a model folder's recorded tools,
+    say): defaults < ``base`` < the file < the overrides."""
     data: dict = {}
     where = "<defaults>"
     if path is not None:
@@ -191,6 +203,8 @@ def load_config(cls: type, path: str | Path | None, overrides: list[str] | None 
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: top level must be a mapping")
         data = loaded
+    if base:
+        data = merge(base, data)
     if overrides:
         data = apply_overrides(data, overrides, cls)
         where = f"{where} (with overrides)"

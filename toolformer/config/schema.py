@@ -333,11 +333,17 @@ class FinetuneConfig:
     save_dtype: str = "auto"
     """Dtype of the saved tuned model: auto (the training dtype: bfloat16 weights after bf16 training, else
     float32), float32, bfloat16 or float16."""
+    tool_data_max_mb: float = 50.0
+    """The model folder's toolformer.json records the tools; the data of each (a collection or knowledge file with
+    its BM25 index, a translation model) up to this many MB (10^6 bytes) is copied into the folder, larger data is
+    recorded by absolute path; 0 = never copy."""
 
     def validate(self) -> None:
         check_training_choices(self.schedule, self.dtype, self.save_dtype)
         if not 0.0 <= self.dev_ratio < 1.0:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
+        if self.tool_data_max_mb < 0:
+            raise ValueError(f"tool_data_max_mb: {self.tool_data_max_mb} is negative")
 
 
 EVAL_ROWS = ("base", "toolformer_disabled", "toolformer")
@@ -418,8 +424,13 @@ class EvaluateConfig:
     """Tokens generated per item (inserted results not counted)."""
     batch_size: int = 16
     """Items decoded together (also sequences per perplexity forward)."""
+    tools_from: str = "model"
+    """Tools, their data and the call style of a model folder's rows: model (what its toolformer.json records; this
+    config's `tools` and `calls` for a folder without one) or config (this config's, for every row)."""
 
     def validate(self) -> None:
+        if self.tools_from not in ("model", "config"):
+            raise ValueError(f"tools_from: {self.tools_from!r} is not one of model, config")
         for r in self.rows:
             if r not in EVAL_ROWS:
                 raise ValueError(f"rows: unknown row {r!r} (known: {', '.join(EVAL_ROWS)})")

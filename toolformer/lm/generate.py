@@ -34,16 +34,14 @@ ordinary text and does not count against ``max_calls``.
 
 from __future__ import annotations
 
-import json
 import re
-import sys
 from dataclasses import dataclass, field
 
 import torch
 
 from toolformer.lm.modeling import bos_ids, cache_kwarg, model_window, output_cache
 from toolformer.lm.textpos import marker_token_ids
-from toolformer.tools.calls import CallStyle, get_style, parse_calls, strip_calls
+from toolformer.tools.calls import CallStyle, parse_calls, strip_calls
 
 # A prefix that can still become `Name(...`; anything else after `[` is text.
 _CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(\(.*)?\Z|\Z", re.S)  # dots: MCP tools (`words.lookup`)
@@ -70,6 +68,7 @@ class DecodeState:
     """Decoding state of one prompt."""
 
     date: str | None
+    index: int = 0  # the prompt's index in the call of generate_with_tools
     new_ids: list[int] = field(default_factory=list)  # generated + inserted tokens
     forced: list[int] = field(default_factory=list)  # tokens still to insert, fed one per step
     chosen: int = 0  # tokens the model chose (counts against max_new_tokens)
@@ -83,7 +82,7 @@ class _Decoder:
     """The per-step logic of the loop, apart from the model forward."""
 
     def __init__(self, tokenizer, style: CallStyle, sandbox, *, max_new_tokens: int, top_k_trigger: int,
-                 max_calls: int, disabled: bool, tools: set[str] | None):
+                 max_calls: int, disabled: bool, tools: set[str] | None, on_call=None):
         self.tok = tokenizer
         self.style = style
         self.sandbox = sandbox
@@ -92,6 +91,7 @@ class _Decoder:
         self.max_calls = max_calls
         self.disabled = disabled or max_calls <= 0
         self.tools = tools
+        self.on_call = on_call
         self.start_ids = marker_token_ids(tokenizer, style.start)
         self.eos_id = tokenizer.eos_token_id
 
@@ -152,8 +152,8 @@ class _Decoder:
             self._execute(row, found[0].call.tool, found[0].call.input, partial)
         elif s.end in partial:
             if found:  # e(c) without a result marker: a call the model closed itself, not executed
-                row.calls.append({"tool": found[0].call.tool, "input": found[0].call.input, "result": None,
-                                  "error": {"code": "no_result_marker", "message": "call closed without →"}})
+                self._record(row, {"tool": found[0].call.tool, "input": found[0].call.input, "result": None,
+                                   "error": {"code": "no_result_marker", "message": "call closed without →"}})
             else:  # `[1]`: ordinary text, refund the call
                 row.opened -= 1
             row.call_at = None
@@ -162,8 +162,8 @@ class _Decoder:
             row.call_at = None
             row.opened -= 1
         elif any(a in partial for a in s.arrows):
-            row.calls.append({"tool": None, "input": partial, "result": None,
-                              "error": {"code": "unparseable", "message": f"cannot parse call {text!r}"}})
+            self._record(row, {"tool": None, "input": partial, "result": None,
+                               "error": {"code": "unparseable", "message": f"cannot parse call {text!r}"}})
             self._insert(row, partial, None)
 
     def _execute(self, row: DecodeState, tool: str, tool_input: str, partial: str) -> None:
@@ -172,8 +172,15 @@ class _Decoder:
         else:
             out = self.sandbox.run(tool, tool_input, row.date)
             result, error = out.result, out.error
-        row.calls.append({"tool": tool, "input": tool_input, "result": result, "error": error})
+        self._record(row, {"tool": tool, "input": tool_input, "result": result, "error": error})
         self._insert(row, partial, result)
+
+    def _record(self, row: DecodeState, call: dict) -> None:
+        """Record the open call's outcome and tell ``on_call`` (prompt index, call, text before the call)."""
+        row.calls.append(call)
+        if self.on_call is not None:
+            before = self.tok.decode(row.new_ids[:row.call_at], clean_up_tokenization_spaces=False)
+            self.on_call(row.index, call, before)
 
     def _insert(self, row: DecodeState, partial: str, result: str | None) -> None:
         """Queue " result" + call-end (or just call-end) and close the call."""
@@ -195,7 +202,7 @@ def _forward(model, ids, mask, positions, past, cache_arg: str):
 
 @torch.no_grad()
 def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, do_sample, temperature,
-                    window: int) -> list[Generation]:
+                    window: int, indices: list[int]) -> list[Generation]:
     device = next(model.parameters()).device
     keep = max(1, window - dec.max_new_tokens - RESULT_TOKENS * max(0, dec.max_calls))
     bos = bos_ids(tokenizer)
@@ -208,7 +215,7 @@ def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, 
     ids = torch.tensor([[pad] * (width - len(s)) + s for s in seqs], device=device)  # (B, T) left padded
     mask = torch.tensor([[0] * (width - len(s)) + [1] * len(s) for s in seqs], device=device)  # (B, T)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (B, T): 0 at each prompt's first real token
-    rows = [DecodeState(date=d) for d in dates]
+    rows = [DecodeState(date=d, index=i) for d, i in zip(dates, indices)]
     cache_arg = cache_kwarg(model)
     logits, past = _forward(model, ids, mask, positions, None, cache_arg)
     last_pos = positions[:, -1]  # (B,)
@@ -241,7 +248,7 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
                         max_new_tokens: int = 32, top_k_trigger: int = 10, max_calls: int = 1,
                         disabled: bool = False, do_sample: bool = False, temperature: float = 1.0,
                         dates: list[str | None] | None = None, tools: set[str] | None = None,
-                        batch_size: int = 16, window: int = 0) -> list[Generation]:
+                        batch_size: int = 16, window: int = 0, on_call=None) -> list[Generation]:
     """Continue every prompt, calling tools the paper's way (see the module doc).
 
     ``sandbox`` runs the calls (may be None when ``disabled``); ``dates`` gives
@@ -250,15 +257,18 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
     batches of ``batch_size``, similar lengths together; ``window`` is the
     model's context in tokens (0: from the model config). A prompt too long
     for the window, less room for the new tokens and call results, is cut
-    from the left (``prompt_tokens_cut`` says by how many tokens). Returns one
-    :class:`Generation` per prompt, in order.
+    from the left (``prompt_tokens_cut`` says by how many tokens).
+    ``on_call(index, call, text)``, when given, is called as each call is made
+    (``index`` of the prompt, the call's dict as in ``calls``, ``text``
+    generated before the call). Returns one :class:`Generation` per prompt, in
+    order.
     """
     if sandbox is None and not disabled and max_calls > 0:
         raise ValueError("generate_with_tools: tools are enabled but no sandbox was given")
     if dates is not None and len(dates) != len(prompts):
         raise ValueError(f"generate_with_tools: {len(dates)} dates for {len(prompts)} prompts")
     dec = _Decoder(tokenizer, style, sandbox, max_new_tokens=max_new_tokens, top_k_trigger=top_k_trigger,
-                   max_calls=max_calls, disabled=disabled, tools=tools)
+                   max_calls=max_calls, disabled=disabled, tools=tools, on_call=on_call)
     window = window or model_window(model)
     dates = dates or [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
@@ -266,7 +276,7 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
     for s in range(0, len(order), max(1, batch_size)):
         idx = order[s : s + max(1, batch_size)]
         gens = _generate_batch(model, tokenizer, [prompts[i] for i in idx], dec, [dates[i] for i in idx],
-                               do_sample, temperature, window)
+                               do_sample, temperature, window, idx)
         for i, g in zip(idx, gens):
             results[i] = g
     return results  # type: ignore[return-value]
@@ -286,37 +296,3 @@ def load_model_folder(cfg, path: str):
     own = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
     tokenizer = "" if own else (cfg.model.tokenizer or cfg.model.path)
     return load(dataclasses.replace(cfg.model, path=path, tokenizer=tokenizer), cfg.calls)
-
-
-def cli_generate(args) -> int:
-    """``toolformer generate --model DIR PROMPT...``: print continuations with calls."""
-    import dataclasses
-
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import PipelineConfig
-    from toolformer.lm.modeling import set_threads
-    from toolformer.tools.sandbox import build_sandbox
-
-    cfg = load_config(PipelineConfig, args.config, args.overrides)
-    set_threads(cfg.model.threads)
-    style = get_style(cfg.calls.style)
-    model, tok = load_model_folder(cfg, args.model)
-    sandbox = build_sandbox(cfg)
-    gens = generate_with_tools(model, tok, args.prompts, sandbox, style, max_new_tokens=args.max_new_tokens,
-                               top_k_trigger=args.top_k_trigger, max_calls=args.max_calls,
-                               disabled=args.disabled, do_sample=args.sample, tools=set(sandbox.tools))
-    sandbox.close()
-    window = model_window(model)
-    for n, g in enumerate(gens, 1):
-        if g.prompt_tokens_cut:
-            print(f"generate: prompt {n}: its first {g.prompt_tokens_cut} token(s) were cut: the model window of "
-                  f"{window} tokens leaves room for {args.max_new_tokens} new tokens and the call results",
-                  file=sys.stderr)
-        if args.json:
-            print(json.dumps(dataclasses.asdict(g), ensure_ascii=False))
-        else:
-            print(g.prompt + g.text)
-            for c in g.calls:
-                what = c["result"] if c["error"] is None else f"error ({c['error']['code']}): {c['error']['message']}"
-                print(f"  call {c['tool']}({c['input']}) → {what}", file=sys.stderr)
-    return 0

@@ -93,16 +93,21 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     that is not a JSON object raises ValueError naming the file and line."""
     path = Path(path)
     with path.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: invalid JSON: {e.msg}") from None
-            if not isinstance(rec, dict):
-                raise ValueError(f"{path}:{n}: expected a JSON object")
-            yield n, rec
+        yield from jsonl_records(f, path)
+
+
+def jsonl_records(lines: Iterable[str], where: str | Path) -> Iterator[tuple[int, dict]]:
+    """:func:`iter_jsonl` over lines already read (``where`` names them in errors)."""
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{where}:{n}: invalid JSON: {e.msg}") from None
+        if not isinstance(rec, dict):
+            raise ValueError(f"{where}:{n}: expected a JSON object")
+        yield n, rec
 
 
 def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict]:

@@ -74,7 +74,8 @@ def stage_hash(cfg: PipelineConfig, name: str) -> str:
     return config_hash({k: d[k] for k in (*COMMON, *upto)})
 
 
-FINGERPRINTED = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json")
+FINGERPRINTED = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json",
+                 "toolformer.json")
 
 
 def path_fingerprint(path: str) -> list | str:

@@ -8,6 +8,13 @@ Rows (models or modes) by columns (evaluation sets):
 * ``toolformer``: the tuned model, calling tools by the top-k rule;
 * every ``evaluate.extra_models`` entry (e.g. a control tuned without calls).
 
+A row whose model folder has a ``toolformer.json`` runs with the tools, tool
+data and call style it records (``evaluate.tools_from: model``; ``config``
+uses this config's for every row); an enabled tool whose data is missing
+stops the stage before any work, naming the file. Decoding follows this
+config's ``evaluate`` section. ``results.json`` says per row which tools
+and data were used (``tool_setup``).
+
 Each (row, task) writes its per-item predictions to
 ``OUT/predictions/<row>/<task>.jsonl``; ``OUT/results.json`` holds accuracy
 and call rate per cell (fractions in [0, 1]), the mean over math and QA
@@ -21,7 +28,7 @@ from __future__ import annotations
 import gc
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -29,6 +36,7 @@ from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig, TaskConfig
 from toolformer.lm.generate import generate_with_tools, load_model_folder
+from toolformer.lm.modelfolder import check_tool_data, setup_line, tool_setup, with_folder_tools
 from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
 from toolformer.lm.training import IGNORE_INDEX, row_nll
 from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
@@ -36,7 +44,7 @@ from toolformer.stages import StageResult, start
 from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_numbers, load_task
 from toolformer.tasks.score import file_counts, score_counts, score_output
 from toolformer.tools.calls import get_style
-from toolformer.tools.sandbox import build_sandbox
+from toolformer.tools.sandbox import Sandbox, build_sandbox
 
 ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
 PPL_TOKENS = 16384  # token budget of one perplexity forward
@@ -76,6 +84,20 @@ def plan_rows(cfg: PipelineConfig) -> tuple[list[EvalVariant], dict[str, str]]:
         _check_local(row.path, f"evaluate: row {row.name!r}: model")  # a hub id passes
         kept.append(row)
     return kept, skipped
+
+
+def row_configs(cfg: PipelineConfig, rows: list[EvalVariant]) -> dict[str, tuple[PipelineConfig, dict | None]]:
+    """Per row: (the config it runs with, which tools and data it uses when it
+    calls tools). Tool data is checked here, before any work."""
+    out = {}
+    for row in rows:
+        from_folder = cfg.evaluate.tools_from == "model" and Path(row.path).is_dir()
+        row_cfg, spec = with_folder_tools(cfg, row.path) if from_folder else (cfg, None)
+        if row.tools:
+            for note in check_tool_data(row_cfg.tools, row.path, spec):
+                print(f"evaluate: row {row.name!r}: {note}")
+        out[row.name] = (row_cfg, tool_setup(row_cfg, row.path, spec) if row.tools else None)
+    return out
 
 
 def load_tasks(cfg: PipelineConfig) -> list[tuple[TaskConfig, str, TaskData]]:
@@ -194,7 +216,8 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
     ev = cfg.evaluate
     if not ev.tasks and not ev.perplexity_path:
         raise ValueError("evaluate.tasks: no evaluation sets configured (and no evaluate.perplexity_path)")
-    rows, skipped = plan_rows(cfg)  # fail on a missing model before any work
+    rows, skipped = plan_rows(cfg)  # fail on a missing model or tool data before any work
+    configs = row_configs(cfg, rows)
     tasks = load_tasks(cfg)
     texts = read_texts(ev.perplexity_path, ev.perplexity_max_docs) if ev.perplexity_path else None
     # Rerun when a model or an evaluation set was rewritten in place (a new fine-tune, a regenerated world).
@@ -213,13 +236,16 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
             why = ", ".join(f"{n:,} {reason}" for reason, n in data.reasons().items())
             print(f"evaluate: task {tc.name!r}: {len(data.skipped):,} of {data.total:,} records skipped ({why}; "
                   f"{out_dir / 'rejected' / (tc.name + '.jsonl')})")
+    for name, (_, setup) in configs.items():
+        if setup is not None:
+            print(f"evaluate: row {name!r}: {setup_line(setup)}")
     set_threads(cfg.model.threads)
-    sandbox = build_sandbox(cfg) if any(r.tools for r in rows) else None
 
+    sandboxes: dict[str, Sandbox] = {}  # one per set of tool settings and call style
     try:
-        results = evaluate_rows(cfg, rows, tasks, texts, sandbox, out_dir)
+        results = evaluate_rows(cfg, rows, tasks, texts, configs, out_dir, sandboxes)
     finally:
-        if sandbox is not None:
+        for sandbox in sandboxes.values():
             sandbox.close()  # stops the MCP servers
     summary = {
         "rows": results,
@@ -263,7 +289,10 @@ def results_markdown(summary: dict) -> str:
             cells.append("–" if row["perplexity"] is None else f"{row['perplexity']:.2f}")
         lines.append(f"| {ROW_TITLES.get(name, name)} | " + " | ".join(cells) + " |")
     lines += ["", "Models:", ""]
-    lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`" for n, p in summary["models"].items()]
+    for n, p in summary["models"].items():
+        setup = summary["rows"][n].get("tool_setup")
+        tools = f"; tools {', '.join(setup['enabled'])} from `{setup['description'] or 'the config'}`" if setup else ""
+        lines.append(f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`{tools}")
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
     lines += ["", "Tasks:", ""]
     for t, v in summary["tasks"].items():
@@ -320,21 +349,30 @@ def _row_cells(model, tok, row: EvalVariant, tasks, sandbox, cfg: PipelineConfig
     return cells
 
 
-def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: list[str] | None, sandbox,
-                  out_dir: Path) -> dict[str, dict]:
+def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: list[str] | None, configs: dict,
+                  out_dir: Path, sandboxes: dict[str, Sandbox]) -> dict[str, dict]:
     """Every row on every task (a model folder loaded once for the rows that share it), and the perplexity of
-    each model folder once (not for the toolformer row: it is the disabled row's model)."""
+    each model folder once (not for the toolformer row: it is the disabled row's model). ``configs``: per row,
+    the config it runs with and its tool setup (:func:`row_configs`). ``sandboxes``: the sandboxes built, by
+    tool settings and call style (the caller closes them)."""
     results: dict[str, dict] = {}
     ppl_by_path: dict[str, tuple[float, int]] = {}
     kinds = {tc.name: tc.kind for tc, _, _ in tasks}
     path = model = tok = None
     for row in rows:
+        row_cfg, setup = configs[row.name]
         if row.path != path:
             model = tok = None
             _release_memory()
-            model, tok = _load_row_model(cfg, row.path)
+            model, tok = _load_row_model(row_cfg, row.path)
             path = row.path
-        cells = _row_cells(model, tok, row, tasks, sandbox, cfg, out_dir)
+        sandbox = None
+        if row.tools:
+            key = json.dumps([asdict(row_cfg.tools), row_cfg.calls.style], sort_keys=True, default=str)
+            if key not in sandboxes:
+                sandboxes[key] = build_sandbox(row_cfg)
+            sandbox = sandboxes[key]
+        cells = _row_cells(model, tok, row, tasks, sandbox, row_cfg, out_dir)
         ppl = (None, None)
         if texts is not None and row.name != "toolformer":
             if row.path not in ppl_by_path:
@@ -344,7 +382,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
         n_items = sum(c["n"] for c in cells.values())
         n_calls = sum(c["with_calls"] for c in cells.values())
         results[row.name] = {
-            "model": row.path, "tools": row.tools, "tasks": cells,
+            "model": row.path, "tools": row.tools, "tool_setup": setup, "tasks": cells,
             "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
             "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
             "perplexity": ppl[0], "perplexity_tokens": ppl[1],

@@ -9,7 +9,10 @@ lr 1e-5, 10 % linear warm-up, at most 2k steps, best model by dev perplexity).
 
 Writes the model with ``save_pretrained`` (model and tokenizer, call tokens
 included for the special-token style) into ``finetune.output_dir`` or
-``RUN_DIR/model``, with a model card ``README.md`` and ``trainer_state.json``;
+``RUN_DIR/model``, with ``toolformer.json`` (the call style, the tools with
+their settings and data, the decoding rule: :mod:`toolformer.lm.modelfolder`;
+tool data up to ``finetune.tool_data_max_mb`` copied into ``tools/``), a
+model card ``README.md`` and ``trainer_state.json``;
 resumable checkpoints in ``<model>/checkpoints``; the manifest in
 ``RUN_DIR/finetune`` last. Under ``accelerate launch --num_processes N`` each
 process runs this function; only the main one writes the stage's files. An
@@ -29,6 +32,7 @@ import torch
 
 from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
+from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
 from toolformer.lm.training import TrainArgs, pack_sequences, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
@@ -37,7 +41,8 @@ from toolformer.stages import StageResult, seed_everything, stage_hash, start
 
 # Fields that may change between runs without invalidating the checkpoints:
 # raising max_steps continues training, the others only change bookkeeping.
-RESUMABLE_CHANGES = ("max_steps", "eval_every", "save_every", "keep_checkpoints", "log_every", "output_dir")
+RESUMABLE_CHANGES = ("max_steps", "eval_every", "save_every", "keep_checkpoints", "log_every", "output_dir",
+                     "tool_data_max_mb")
 
 
 def dataset_dir(cfg: PipelineConfig) -> Path:
@@ -93,7 +98,7 @@ def run_key(cfg: PipelineConfig, data_hash: str) -> str:
                         "seed": cfg.seed, "data": data_hash})
 
 
-def model_card(cfg: PipelineConfig, data: dict, metrics: dict) -> str:
+def model_card(cfg: PipelineConfig, data: dict, metrics: dict, spec: dict) -> str:
     best = metrics["best_dev_perplexity"]
     result = (f"dev perplexity {best:.3f} (best at step {metrics['best_step']})" if best is not None
               else "no dev set; the model of the last step")
@@ -103,7 +108,8 @@ def model_card(cfg: PipelineConfig, data: dict, metrics: dict) -> str:
 Fine-tuned with the causal-LM objective on a data set with API calls inline
 (Schick et al., 2023), by `toolformer finetune`. Calls are written in the
 `{cfg.calls.style}` style; at inference a call stops at the result marker, the
-tool runs and its result is inserted (`toolformer generate --model {model_dir(cfg)} "..."`).
+tool runs and its result is inserted (`toolformer generate --model {model_dir(cfg)} "..."`,
+`toolformer chat --model {model_dir(cfg)}`).
 
 ## Data
 
@@ -123,7 +129,9 @@ on {metrics['processes']} process(es).
 {dump_yaml(cfg.finetune).rstrip()}
 ```
 
-Load with `AutoModelForCausalLM.from_pretrained(...)` and `AutoTokenizer.from_pretrained(...)` on this folder.
+{card_section(spec)}
+Load with `toolformer.ToolformerModel.from_pretrained(...)` (model, tokenizer and tools), or the model alone with
+`AutoModelForCausalLM.from_pretrained(...)` and `AutoTokenizer.from_pretrained(...)`, on this folder.
 """
 
 
@@ -190,7 +198,9 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
         "dev_rows": 0 if dev_rows is None else len(dev_rows),
         "train_tokens": int((train_rows >= 0).sum()),
     }
-    atomic_write_text(out / "README.md", model_card(cfg, data, metrics))
+    spec = write_spec(cfg, out, cfg.finetune.tool_data_max_mb, base_model=cfg.model.path)
+    atomic_write_text(out / "README.md", model_card(cfg, data, metrics, spec))
+    print(f"finetune: {out / SPEC_FILE}: {spec_summary(spec)}")
     run.stage.finish(run.hash, cfg.seed, {**data, **metrics}, model=str(out), base_model=cfg.model.path,
                      data_hash=data_hash)
     best = metrics["best_dev_perplexity"]

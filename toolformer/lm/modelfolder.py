@@ -1,0 +1,326 @@
+"""A tuned model folder's own description: ``toolformer.json`` beside the weights.
+
+``toolformer finetune`` and :meth:`toolformer.api.ToolformerModel.save_pretrained`
+write it, so that the folder says how it is meant to be used:
+
+- ``calls``: the call style (``style``, ``separator``) and its markers
+  (``start``, ``end``, ``arrow``, ``arrow_alternatives``, ``special_tokens``);
+- ``tools``: ``enabled`` (the tools it was tuned with), ``settings`` (the other
+  fields of the tools config; data paths only for enabled tools) and ``data``:
+  for each data key of an enabled tool (``knowledge`` of QA, ``collection`` of
+  WikiSearch, ``mt_model`` of MT) the tool, whether the data was ``copied``
+  into the folder, its ``source``, its size in ``bytes`` and (a file) its
+  ``sha256``;
+- ``decoding``: the rule at inference (``top_k_trigger``, ``max_calls``,
+  ``max_new_tokens``; greedy);
+- ``format`` (:data:`FORMAT`), ``toolformer_version`` and ``base_model``.
+
+Data of at most ``finetune.tool_data_max_mb`` (50 MB) is copied into
+``FOLDER/tools/`` (a file with its BM25 index ``NAME.bm25`` when one was
+built, a model folder whole) and recorded relative to the folder, so the
+folder can be moved; larger data is recorded by absolute path. Reading a
+folder (:func:`folder_settings`) turns the record into config sections with
+absolute paths; a config file and ``key=value`` overrides go over them
+(``base`` of :func:`toolformer.config.load.load_config`).
+:func:`check_tool_data` fails on an enabled tool whose data is missing,
+naming the file; :func:`tool_setup` says which tools and data are used.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, fields
+from pathlib import Path
+
+SPEC_FILE = "toolformer.json"
+FORMAT = 1
+DATA_DIR = "tools"
+DECODING = ("top_k_trigger", "max_calls", "max_new_tokens")
+MB = 1_000_000
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+def data_keys(enabled) -> list[tuple[str, str, str]]:
+    """(tool, key of the tools config, kind) of the data each of the tools ``enabled`` reads."""
+    from toolformer.run.inputs import TOOL_DATA
+
+    return [(tool, *TOOL_DATA[tool]) for tool in enabled if tool in TOOL_DATA]
+
+
+def _parts(src: Path) -> list[Path]:
+    """A tool's data on disk: a file and its BM25 index (when one was built), or a folder."""
+    index = src.with_name(src.name + ".bm25")
+    return [src, index] if src.is_file() and index.is_dir() else [src]
+
+
+def _size(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def _sha256(path: Path) -> str | None:
+    if not path.is_file():
+        return None
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def _copy(src: Path, dest: Path) -> None:
+    """Copy a file or folder over ``dest`` through a temporary name, with its
+    modification times (a BM25 index is valid for its file's size and time)."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    _remove(tmp)
+    if src.is_dir():
+        shutil.copytree(src, tmp)
+    else:
+        shutil.copy2(src, tmp)
+    _remove(dest)
+    os.replace(tmp, dest)
+
+
+def _record_data(tools_cfg, out: Path, max_bytes: int, warn) -> tuple[dict, dict]:
+    """Copy (up to ``max_bytes``) or reference the data of every enabled tool:
+    (data key -> recorded path, data key -> record)."""
+    paths: dict[str, str] = {}
+    records: dict[str, dict] = {}
+    kept: set[str] = set()
+    for tool, key, _kind in data_keys(tools_cfg.enabled):
+        value = getattr(tools_cfg, key)
+        if not value:
+            paths[key] = ""
+            records[key] = {"tool": tool, "copied": False, "source": "", "bytes": None, "sha256": None}
+            continue
+        src = Path(value).expanduser().resolve()
+        if not src.exists():
+            warn(f"tools.{key}: {src}, the data of tool {tool}, does not exist; recorded by its path: the folder "
+                 "cannot be used with this tool until it does")
+            paths[key] = str(src)
+            records[key] = {"tool": tool, "copied": False, "source": str(src), "bytes": None, "sha256": None}
+            continue
+        parts = _parts(src)
+        record = {"tool": tool, "copied": max_bytes > 0 and sum(_size(p) for p in parts) <= max_bytes,
+                  "source": str(src), "bytes": _size(src), "sha256": _sha256(src)}
+        paths[key] = str(src)
+        if record["copied"]:
+            name = key + src.suffix if src.is_file() else key
+            for part in parts:  # NAME, then NAME.bm25
+                target = out / DATA_DIR / (name + part.name[len(src.name):])
+                kept.add(target.name)
+                if part.resolve() != target.resolve():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    _copy(part, target)
+            paths[key] = f"{DATA_DIR}/{name}"
+        records[key] = record
+    data_dir = out / DATA_DIR
+    if data_dir.is_dir():  # copies of data no longer recorded
+        for old in data_dir.iterdir():
+            if old.name not in kept:
+                _remove(old)
+    return paths, records
+
+
+def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_stderr) -> dict:
+    """Write ``OUT/toolformer.json`` for a model tuned with ``cfg`` (a PipelineConfig):
+    its call style, tools (data copied up to ``max_mb`` MB each), the decoding
+    rule of ``cfg.evaluate``. Returns the record."""
+    from toolformer import __version__
+    from toolformer.run.folder import atomic_write_text
+    from toolformer.run.inputs import TOOL_DATA
+    from toolformer.tools.calls import get_style
+
+    out = Path(out)
+    style = get_style(cfg.calls.style)
+    paths, records = _record_data(cfg.tools, out, int(max_mb * MB), warn)
+    data_fields = {key for key, _kind in TOOL_DATA.values()}
+    settings = {k: v for k, v in asdict(cfg.tools).items() if k != "enabled" and k not in data_fields}
+    spec = {
+        "format": FORMAT,
+        "toolformer_version": __version__,
+        "base_model": base_model,
+        "calls": {"style": style.name, "separator": cfg.calls.separator, "start": style.start, "end": style.end,
+                  "arrow": style.arrow, "arrow_alternatives": list(style.arrow_alternatives),
+                  "special_tokens": style.special_tokens},
+        "tools": {"enabled": list(cfg.tools.enabled), "settings": {**settings, **paths}, "data": records},
+        "decoding": {**{k: getattr(cfg.evaluate, k) for k in DECODING}, "sampling": "greedy"},
+    }
+    atomic_write_text(out / SPEC_FILE, json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
+    return spec
+
+
+def spec_summary(spec: dict) -> str:
+    """The tools a record names and where their data is, in one line."""
+    t = spec["tools"]
+    data = [f"{rec['tool']} data {t['settings'].get(key) or '(none)'} "
+            f"({'copied' if rec.get('copied') else 'by absolute path'})" for key, rec in t.get("data", {}).items()]
+    return "; ".join([f"tools {', '.join(t['enabled']) or 'none'}", *data, f"call style {spec['calls']['style']}"])
+
+
+def read_spec(folder: str | Path) -> dict | None:
+    """The record of ``FOLDER/toolformer.json``; None when the folder has none."""
+    path = Path(folder) / SPEC_FILE
+    if not path.is_file():
+        return None
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("format"), int):
+        raise ValueError(f"{path}: no `format` number: not a toolformer model description")
+    if spec["format"] > FORMAT:
+        raise ValueError(f"{path}: format {spec['format']} is newer than this toolformer reads ({FORMAT}); "
+                         "upgrade toolformer")
+    for key in ("calls", "tools", "decoding"):
+        if not isinstance(spec.get(key), dict):
+            raise ValueError(f"{path}: `{key}` is missing or not an object")
+    return spec
+
+
+def folder_settings(spec: dict, folder: str | Path) -> dict:
+    """Config sections of a folder's record: ``calls``, ``tools`` (data paths
+    made absolute: relative ones lie inside the folder) and the decoding fields
+    of ``evaluate``. Checked here, so that an error names the file."""
+    from toolformer.config.load import from_dict
+    from toolformer.config.schema import CallsConfig, ToolsConfig
+    from toolformer.run.inputs import TOOL_DATA
+    from toolformer.tools.calls import get_style
+
+    folder = Path(folder)
+    where = str(folder / SPEC_FILE)
+    tools = {"enabled": spec["tools"].get("enabled", []), **spec["tools"].get("settings", {})}
+    for key, _kind in TOOL_DATA.values():
+        if tools.get(key) and not Path(tools[key]).is_absolute():
+            tools[key] = str((folder / tools[key]).resolve())
+    calls = {k: spec["calls"][k] for k in ("style", "separator") if k in spec["calls"]}
+    decoding = {k: spec["decoding"][k] for k in DECODING if k in spec["decoding"]}
+    from_dict(ToolsConfig, tools, where, "tools.")
+    style = get_style(from_dict(CallsConfig, calls, where, "calls.").style)
+    recorded = tuple(spec["calls"].get(k, getattr(style, k)) for k in ("start", "end", "arrow"))
+    if recorded != (style.start, style.end, style.arrow):
+        raise ValueError(f"{where}: calls: markers {recorded} are not those of the style {style.name!r} in this "
+                         f"version ({style.start!r}, {style.end!r}, {style.arrow!r})")
+    return {"calls": calls, "tools": tools, "evaluate": decoding}
+
+
+def with_folder_tools(cfg, folder: str | Path):
+    """(``cfg`` with the tools and the call style a model folder records, its
+    record); ``cfg`` itself and None for a folder without ``toolformer.json``."""
+    from toolformer.config.load import from_dict, merge
+    from toolformer.config.schema import CallsConfig, ToolsConfig
+
+    spec = read_spec(folder)
+    if spec is None:
+        return cfg, None
+    base = folder_settings(spec, folder)
+    out = copy.deepcopy(cfg)
+    where = str(Path(folder) / SPEC_FILE)
+    out.tools = from_dict(ToolsConfig, merge(asdict(cfg.tools), base["tools"]), where, "tools.")
+    out.calls = from_dict(CallsConfig, merge(asdict(cfg.calls), base["calls"]), where, "calls.")
+    return out, spec
+
+
+def check_tool_data(tools_cfg, folder: str | Path, spec: dict | None) -> list[str]:
+    """Every enabled tool's data exists, else a FileNotFoundError naming the
+    file, the tool and where its path came from. Returns notes on data
+    recorded by path whose size changed since the folder was written."""
+    recorded = folder_settings(spec, folder)["tools"] if spec else {}
+    notes = []
+    for tool, key, _kind in data_keys(tools_cfg.enabled):
+        path = getattr(tools_cfg, key)
+        if not path:
+            continue
+        ours = spec is not None and recorded.get(key) == path
+        where = f"recorded in {Path(folder) / SPEC_FILE}" if ours else "set by the config, --set or the defaults"
+        if not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"{path}: the data of tool {tool} (tools.{key}, {where}) does not exist")
+        rec = spec["tools"].get("data", {}).get(key, {}) if ours and spec is not None else {}
+        if rec.get("bytes") is not None and not rec.get("copied") and _size(Path(path)) != rec["bytes"]:
+            notes.append(f"tools.{key}: {path} has changed since the model folder was written "
+                         f"({rec['bytes']:,} bytes then, {_size(Path(path)):,} now)")
+    return notes
+
+
+def tool_setup(cfg, folder: str | Path, spec: dict | None, disabled: bool = False) -> dict:
+    """Which tools, data, call style and decoding a model folder is used with,
+    and the keys set otherwise than its record: for the output of ``generate``,
+    ``chat`` and ``evaluate``."""
+    from toolformer.config.schema import ToolsConfig
+
+    recorded = folder_settings(spec, folder) if spec else {"tools": {}, "calls": {}}
+    data = {}
+    for tool, key, _kind in data_keys(cfg.tools.enabled):
+        path = getattr(cfg.tools, key)
+        rec = spec["tools"].get("data", {}).get(key, {}) if spec else {}
+        if spec and path and recorded["tools"].get(key) == path:
+            origin = "copied into the model folder" if rec.get("copied") else "recorded by the model folder"
+        else:
+            origin = "default" if path == getattr(ToolsConfig(), key) else "set by the config"
+        data[tool] = {"key": f"tools.{key}", "path": str(Path(path).resolve()) if path else "", "origin": origin}
+    overridden = [f"{section}.{k}" for section, sub in (("tools", cfg.tools), ("calls", cfg.calls))
+                  for k, v in recorded[section].items() if k in {f.name for f in fields(sub)} and getattr(sub, k) != v]
+    return {"model": str(folder), "description": str(Path(folder) / SPEC_FILE) if spec else None,
+            "enabled": [] if disabled else list(cfg.tools.enabled), "disabled": disabled, "call_style": cfg.calls.style,
+            "data": {} if disabled else data, "overridden": overridden}
+
+
+def setup_line(setup: dict) -> str:
+    """:func:`tool_setup` in one line."""
+    if setup["disabled"]:
+        return f"model {setup['model']}: tools disabled (no call is made); call style {setup['call_style']}"
+    source = setup["description"] or f"defaults and config: {setup['model']} has no {SPEC_FILE}"
+    line = (f"model {setup['model']}: tools {', '.join(setup['enabled']) or 'none'} from {source}"
+            + (f" (overridden: {', '.join(setup['overridden'])})" if setup["overridden"] else ""))
+    for tool, d in setup["data"].items():
+        line += f"; {tool} data {d['path'] or '(none)'} ({d['origin']})"
+    return line + f"; call style {setup['call_style']}"
+
+
+def missing_note(folder: str | Path, cfg) -> str:
+    """What a folder without ``toolformer.json`` is used with, and how to record it."""
+    data = ", ".join(f"tools.{key}={getattr(cfg.tools, key) or '(none)'}" for _, key, _ in data_keys(cfg.tools.enabled))
+    return (f"{folder} has no {SPEC_FILE} (written before toolformer recorded a tuned model's tools, or not by "
+            f"`toolformer finetune`): using tools {', '.join(cfg.tools.enabled) or 'none'}"
+            + (f" with {data}" if data else "") + f" and call style {cfg.calls.style} from the defaults, --config "
+            f"and --set; `toolformer finetune` (or ToolformerModel.save_pretrained) writes a folder that records them")
+
+
+def card_section(spec: dict) -> str:
+    """The model card's account of ``toolformer.json``."""
+    c, t, d = spec["calls"], spec["tools"], spec["decoding"]
+    lines = ["## Tools", "",
+             f"`{SPEC_FILE}` beside the weights records how this model calls tools; `toolformer generate`, "
+             "`toolformer chat`, `toolformer evaluate` and `ToolformerModel.from_pretrained` use it unless a config "
+             "or an option says otherwise.", "",
+             f"- call style `{c['style']}`: a call is `{c['start']}Tool(input) {c['arrow']} result{c['end']}`"
+             + (" (added tokens)" if c.get("special_tokens") else ""),
+             f"- tools: {', '.join(f'`{n}`' for n in t['enabled']) or 'none'}"]
+    for key, rec in t.get("data", {}).items():
+        path = t["settings"].get(key, "")
+        if not path:
+            lines.append(f"- `{rec['tool']}` data (`tools.{key}`): not set")
+            continue
+        size = "" if rec.get("bytes") is None else f", {rec['bytes']:,} bytes"
+        sha = f", sha256 `{rec['sha256'][:16]}…`" if rec.get("sha256") else ""
+        how = "copied into this folder" if rec.get("copied") else "referenced by absolute path (too large to copy)"
+        lines.append(f"- `{rec['tool']}` data (`tools.{key}`): `{path}`, {how}, from `{rec['source']}`{size}{sha}")
+    lines.append(f"- decoding: greedy; a call starts when the call-start token is among the top {d['top_k_trigger']} "
+                 f"tokens; at most {d['max_calls']} call(s) per prompt; {d['max_new_tokens']} new tokens")
+    return "\n".join(lines) + "\n"
