@@ -105,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k-trigger", type=int, default=10, help="call when the call-start token is in the top k")
     p.add_argument("--max-calls", type=int, default=1)
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--constrained", action="store_true",
+                   help="well-formed calls only: tool names, inputs in each tool's grammar, closed calls")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     _add_config_args(p)
 
