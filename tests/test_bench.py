@@ -52,3 +52,14 @@ def test_tool_workers_bench(capsys, monkeypatch, repo_root):
     main(["--tool-workers", "1", "4", "--tool-calls", "40"])
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["ok_1_workers"] == out["ok_4_workers"] == 40 and out["calls_per_s_4_workers"] > 0
+
+
+@pytest.mark.slow
+def test_constrained_bench_times_the_masking(capsys, monkeypatch, repo_root):
+    from toolformer.bench import bench_constrained
+
+    monkeypatch.chdir(repo_root)
+    out = bench_constrained([300], n_prompts=4, new_tokens=8)
+    (row,) = [v for k, v in out.items() if k.startswith("vocab_")]
+    assert row["rows_masked"] > 0 and row["masks"] > 0
+    assert 0 < row["masking_seconds_warm"] <= row["seconds_warm"] and row["masking_share_cold"] < 1

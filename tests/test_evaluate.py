@@ -183,8 +183,11 @@ def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_
                    tasks=[{"name": "sums", "path": str(sums), "format": "triviaqa", "kind": "math"}])
     res = ev_stage.run_stage(cfg).output
     rows = res["rows"]
+    no_malformed = {"unknown_tool": 0, "unparsable_input": 0, "no_result_marker": 0, "unclosed": 0}
     assert rows["toolformer"]["tasks"]["sums"] == {"accuracy": 1.0, "call_rate": 1.0, "n": 3, "correct": 3,
-                                                   "with_calls": 3, "malformed_calls": 0}
+                                                   "with_calls": 3, "malformed_calls": 0, "calls": 3,
+                                                   "malformed": no_malformed, "malformed_per_100_calls": 0.0}
+    assert rows["toolformer"]["malformed_per_100_calls"] == 0.0 and rows["toolformer"]["calls"] == 3
     # Disabled, the same model guesses 7: right only for 5+2.
     assert rows["toolformer_disabled"]["tasks"]["sums"]["correct"] == 1
     assert rows["toolformer_disabled"]["call_rate"] == 0 and rows["base"]["arithmetic"] == pytest.approx(1 / 3)

@@ -16,7 +16,7 @@ from toolformer.tasks import (
     parse_target_value,
     qa_score,
 )
-from toolformer.tasks.score import score_file
+from toolformer.tasks.score import call_counts, score_file
 
 FIX = Path(__file__).parent / "fixtures" / "eval"
 FIXTURES = sorted(p for p in FIX.iterdir() if p.suffix in (".json", ".jsonl", ".xml"))
@@ -265,3 +265,21 @@ def test_tasks_check_and_score_commands(tmp_path, capsys):
     rows = [json.loads(line) for line in (tmp_path / "preds.scores.jsonl").read_text().splitlines()]
     assert [r["correct"] for r in rows[:3]] == [True, False, False] and rows[1]["malformed_call"]
     assert main(["score", str(FIX / "ASDiv.xml"), "--predictions", str(preds), "--out", str(preds)]) == 2
+
+
+def test_call_counts_by_kind():
+    records = [
+        {"calls": [{"error": None}], "output": " [Calculator(1+1) → 2] 2"},
+        {"calls": [{"error": {"code": "unknown_tool"}}], "output": " [Foo(1) →] x"},
+        {"calls": [{"error": {"code": "syntax"}}], "output": " [Calculator(1 +) →]"},
+        {"calls": [{"error": {"code": "not_found"}}], "output": " [QA(Who?) →] x"},  # well formed, no answer
+        {"calls": [{"error": {"code": "no_result_marker"}}], "output": " [QA(Who?)] x"},
+        {"calls": [], "output": " x [QA(Who is", "malformed_call": True},  # the input never closed
+        {"calls": [], "output": " x [QA(Who?)"},  # closed input, cut before the result marker
+        {"calls": [], "output": " x"},
+    ]
+    counts = call_counts(records)
+    assert counts["calls"] == 7
+    assert counts["malformed"] == {"unknown_tool": 1, "unparsable_input": 1, "no_result_marker": 1, "unclosed": 2}
+    assert counts["malformed_per_100_calls"] == round(500 / 7, 2)
+    assert call_counts([{"calls": [], "output": "x"}])["malformed_per_100_calls"] is None

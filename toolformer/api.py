@@ -144,11 +144,12 @@ class ToolformerModel:
     def generate(self, prompts: str | list[str], *, max_new_tokens: int | None = None,
                  top_k_trigger: int | None = None, max_calls: int | None = None, disabled: bool = False,
                  do_sample: bool = False, temperature: float = 1.0, dates: list[str | None] | None = None,
-                 batch_size: int = 16, on_call=None) -> Generation | list[Generation]:
+                 batch_size: int = 16, on_call=None, constrained: bool | None = None) -> Generation | list[Generation]:
         """Continue a prompt (one :class:`Generation`) or a list (a list),
         calling tools the paper's way; options left None take the folder's
         decoding rule. ``dates``: each prompt's date (Calendar); ``on_call(index,
-        call, text_before)`` sees each call as it is made."""
+        call, text_before)`` sees each call as it is made; ``constrained``:
+        well-formed calls only (:mod:`toolformer.lm.constrain`)."""
         single = isinstance(prompts, str)
         ev = self.config.evaluate
         disabled = disabled or not self.tools
@@ -159,7 +160,9 @@ class ToolformerModel:
             top_k_trigger=ev.top_k_trigger if top_k_trigger is None else top_k_trigger,
             max_calls=ev.max_calls if max_calls is None else max_calls, disabled=disabled, do_sample=do_sample,
             temperature=temperature, dates=dates, tools=set(sandbox.tools) if sandbox else None,
-            batch_size=batch_size, window=model_window(self.model, self.config.model), on_call=on_call)
+            batch_size=batch_size, window=model_window(self.model, self.config.model), on_call=on_call,
+            constrained=ev.constrained if constrained is None else constrained,
+            max_input_chars=self.config.tools.max_input_chars)
         return gens[0] if single else gens
 
     def save_pretrained(self, path: str | Path, max_data_mb: float | None = None) -> Path:

@@ -9,7 +9,12 @@ not depend on the weights):
 * naive  — what public reimplementations do: one candidate and one variant per
   forward, the whole text, no sharing (timed on a subset, per candidate);
 * sample — position scoring + call sampling, with and without reuse of the
-  prompt's key/value cache.
+  prompt's key/value cache;
+* ``--constrained`` instead: the time constrained decoding spends masking
+  (cold: each automaton state's token mask computed; warm: kept), for BPE
+  vocabularies of ~1k and ~32k tokens; with ``--run-config``, generation
+  off and on with the run's tuned model on its evaluation sets (the evaluate
+  stage's decoding).
 
 Run ``python scripts/bench.py --quick`` (or ``toolformer bench --quick``); the
 last line printed is one JSON object.
@@ -222,6 +227,106 @@ def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     return {"run": cfg.run_dir, "calls": len(records), **out}
 
 
+def bench_constrained(vocab_sizes: list[int], n_prompts: int = 32, new_tokens: int = 32) -> dict:
+    """Constrained generation on ``n_prompts`` corpus prompts with a random model biased to start a call in the
+    first steps (top-k trigger 10; then most steps are inside a call): the whole decoding's seconds, those spent
+    masking (``CallGrammar.restrict``: cold, the masks of each automaton state computed; warm, kept) and their
+    share, for BPE vocabularies of each size."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from toolformer.lm import constrain
+    from toolformer.lm.generate import generate_with_tools
+    from toolformer.lm.modeling import tiny_tokenizer_texts
+    from toolformer.lm.textpos import marker_token_ids
+    from toolformer.lm.tokenizer import train_tokenizer
+    from toolformer.run.folder import read_jsonl
+    from toolformer.tools import build_tool
+    from toolformer.tools.calls import get_style
+    from toolformer.tools.qa import QA
+    from toolformer.tools.sandbox import Sandbox
+
+    rng = random.Random(0)
+    letters = "etaoinshrdlcumwfgypbvkjxqz"
+    # Invented words and numbers, so that BPE finds as many merges as a large vocabulary needs (data/ has ~1k).
+    synthetic = [" ".join("".join(rng.choice(letters[: rng.randint(8, 26)]) for _ in range(rng.randint(2, 9)))
+                          if rng.random() < 0.8 else str(rng.randint(0, 99999)) for _ in range(200))
+                 for _ in range(3000 if max(vocab_sizes) > 1000 else 0)]
+    prompts = [d["text"][:120] for d in read_jsonl(Path("data/corpus.jsonl"), ("text",))][:n_prompts]
+    sandbox = Sandbox({"Calculator": build_tool("Calculator"), "Calendar": build_tool("Calendar"),
+                       "QA": QA("data/knowledge.jsonl")}, timeout_s=30)
+    style = get_style("plain")
+    out: dict = {"prompts": len(prompts), "new_tokens": new_tokens}
+    for size in vocab_sizes:
+        tok = train_tokenizer([*tiny_tokenizer_texts("data"), *synthetic], vocab_size=size)
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=64, n_layer=2, n_head=2,
+                                           bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)).eval()
+        with torch.no_grad():  # a bias that puts the call-start tokens in the top 10: a call at the first steps
+            model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
+            model.lm_head.bias[marker_token_ids(tok, style.start)] = 8.0
+        grammar = constrain.call_grammar(tok, style, sandbox.tools)  # the one generate_with_tools will use
+        masking, rows = [0.0], [0]
+        restrict = grammar.restrict
+
+        def timed_restrict(logits, texts, restrict=restrict, masking=masking, rows=rows):
+            t0 = time.perf_counter()
+            restrict(logits, texts)
+            masking[0] += time.perf_counter() - t0
+            rows[0] += sum(t is not None for t in texts)
+
+        grammar.restrict = timed_restrict  # type: ignore[method-assign]
+        result = {}
+        for mode in ("cold", "warm"):
+            masking[0], rows[0] = 0.0, 0
+            t0 = time.perf_counter()
+            generate_with_tools(model, tok, prompts, sandbox, style, max_new_tokens=new_tokens,
+                                top_k_trigger=10, dates=["2023-01-30"] * len(prompts), batch_size=16,
+                                constrained=True)
+            total = time.perf_counter() - t0
+            result |= {f"seconds_{mode}": round(total, 2), f"masking_seconds_{mode}": round(masking[0], 3),
+                       f"masking_share_{mode}": round(masking[0] / total, 3)}
+        result |= {"rows_masked": rows[0], "masking_us_per_row_warm": round(1e6 * masking[0] / max(1, rows[0]), 1),
+                   "masks": grammar.states_cached}
+        out[f"vocab_{len(tok)}"] = result
+        print(f"vocabulary {len(tok):,}: masking {result['masking_seconds_cold']} s of {result['seconds_cold']} s "
+              f"cold ({grammar.states_cached} masks computed), {result['masking_seconds_warm']} s of "
+              f"{result['seconds_warm']} s warm ({result['masking_us_per_row_warm']} µs per row and step)")
+    return out
+
+
+def bench_constrained_run(config: str, repeats: int = 2) -> dict:
+    """Seconds of the evaluate stage's decoding of the toolformer row on every evaluation set of a finished run,
+    constraints off and on (best of ``repeats``, alternating)."""
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.lm.generate import generate_with_tools, load_model_folder
+    from toolformer.stages.evaluate import load_tasks, tuned_model_path
+    from toolformer.tools.calls import get_style
+    from toolformer.tools.sandbox import build_sandbox
+
+    cfg = load_config(PipelineConfig, config, [])
+    model, tok = load_model_folder(cfg, tuned_model_path(cfg))
+    sandbox, ev = build_sandbox(cfg), cfg.evaluate
+    out: dict = {"run": cfg.run_dir}
+    for tc, _, data in load_tasks(cfg):
+        prompts = [tc.prompt.replace("{question}", it.question) for it in data.items]
+        secs = {False: float("inf"), True: float("inf")}
+        for _ in range(repeats):
+            for constrained in (False, True):
+                t0 = time.perf_counter()
+                generate_with_tools(model, tok, prompts, sandbox, get_style(cfg.calls.style),
+                                    max_new_tokens=ev.max_new_tokens, top_k_trigger=ev.top_k_trigger,
+                                    max_calls=ev.max_calls, dates=[it.date for it in data.items],
+                                    tools=set(sandbox.tools), batch_size=ev.batch_size, constrained=constrained,
+                                    max_input_chars=cfg.tools.max_input_chars)
+                secs[constrained] = min(secs[constrained], time.perf_counter() - t0)
+        out[tc.name] = {"items": len(prompts), "seconds_off": round(secs[False], 2),
+                        "seconds_on": round(secs[True], 2), "on_over_off": round(secs[True] / secs[False], 2)}
+        print(f"{tc.name}: {len(prompts)} items, off {secs[False]:.2f} s, constrained {secs[True]:.2f} s "
+              f"({secs[True] / secs[False]:.2f}x)")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="toolformer bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="small", choices=sorted(MODELS), help="model shape built in code")
@@ -243,12 +348,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tool-calls", type=int, default=400, help="calls for --tool-workers")
     p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
                    "--candidates executed calls of this config's run folder (e.g. configs/demo.yaml after the demo)")
+    p.add_argument("--constrained", action="store_true", help="instead: the time constrained decoding "
+                   "spends masking, with BPE vocabularies of ~1k and ~32k tokens (run from the repository root); "
+                   "with --run-config, generation off and on with that finished run's tuned model and eval sets")
     a = p.parse_args(argv)
     from toolformer.lm.modeling import resolve_device, resolve_dtype, set_threads
 
     if a.quick:
         a.model, a.candidates, a.naive_n, a.sample_docs = "tiny", 600, 20, 8
     set_threads(a.threads)
+    if a.constrained:
+        print(json.dumps(bench_constrained_run(a.run_config) if a.run_config else bench_constrained([1000, 32000])))
+        return 0
     if a.run_config:
         print(json.dumps(bench_run_sharing(a.run_config, a.candidates)))
         return 0

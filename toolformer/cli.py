@@ -121,6 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("prompts", nargs="*", help="prompt(s); more from --file, or from stdin when none is given")
     p.add_argument("--file", help="prompts, one a line, or JSON Lines with `prompt` (and `date`); - is stdin")
     p.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
+    p.add_argument("--constrained", action="store_true",
+                   help="well-formed calls only: tool names, inputs in each tool's grammar, closed calls")
     p.add_argument("--json", action="store_true", help="print one JSON object per prompt")
     _add_model_args(p)
 

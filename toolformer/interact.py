@@ -112,13 +112,15 @@ def load(args, command: str, warn) -> ToolformerModel:
 def decoding(tf: ToolformerModel, args) -> dict:
     """The decoding options: the command line's, else the folder's (or the config's)."""
     ev = tf.config.evaluate
-    return {k: getattr(ev, k) if getattr(args, k) is None else getattr(args, k)
-            for k in ("max_new_tokens", "top_k_trigger", "max_calls")}
+    return {**{k: getattr(ev, k) if getattr(args, k) is None else getattr(args, k)
+               for k in ("max_new_tokens", "top_k_trigger", "max_calls")},
+            "constrained": bool(getattr(args, "constrained", False) or ev.constrained)}
 
 
 def decoding_text(options: dict) -> str:
     return (f"a call starts when the call-start token is in the top {options['top_k_trigger']}, at most "
-            f"{options['max_calls']} call(s), {options['max_new_tokens']} new tokens")
+            f"{options['max_calls']} call(s), {options['max_new_tokens']} new tokens"
+            + (", calls constrained to the tools' grammars" if options.get("constrained") else ""))
 
 
 def cli_generate(args) -> int:

@@ -422,6 +422,10 @@ class EvaluateConfig:
     """Calls per input (the paper: 1)."""
     max_new_tokens: int = 32
     """Tokens generated per item (inserted results not counted)."""
+    constrained: bool = False
+    """Constrained decoding of the rows with tools: after the call-start token only an enabled tool's name, an
+    input in that tool's grammar (its `input_pattern`, at most tools.max_input_chars) and the result marker may
+    follow, and a call the token budget cuts is closed when its input is complete (toolformer/lm/constrain.py)."""
     batch_size: int = 16
     """Items decoded together (also sequences per perplexity forward)."""
     tools_from: str = "model"

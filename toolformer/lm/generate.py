@@ -30,6 +30,11 @@ result (``[tool(input) →]``, the paper's e(c, ε)); a call the model closes
 without ``→`` is recorded (error ``no_result_marker``) but not executed. In the
 plain style a ``[`` that turns out not to start ``Name(`` (e.g. ``[1]``) is
 ordinary text and does not count against ``max_calls``.
+
+With ``constrained=True`` the tokens of an open call are masked so that every
+call is well formed (an enabled tool, an input its grammar accepts, closed by
+the result marker), and a call the token budget cuts is closed and run when
+its input is complete: see :mod:`toolformer.lm.constrain`.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from toolformer.lm.constrain import MAX_INPUT_CHARS, call_grammar
 from toolformer.lm.modeling import bos_ids, cache_kwarg, model_window, output_cache
 from toolformer.lm.textpos import marker_token_ids
 from toolformer.tools.calls import CallStyle, parse_calls, strip_calls
@@ -82,7 +88,7 @@ class _Decoder:
     """The per-step logic of the loop, apart from the model forward."""
 
     def __init__(self, tokenizer, style: CallStyle, sandbox, *, max_new_tokens: int, top_k_trigger: int,
-                 max_calls: int, disabled: bool, tools: set[str] | None, on_call=None):
+                 max_calls: int, disabled: bool, tools: set[str] | None, on_call=None, grammar=None):
         self.tok = tokenizer
         self.style = style
         self.sandbox = sandbox
@@ -94,6 +100,7 @@ class _Decoder:
         self.on_call = on_call
         self.start_ids = marker_token_ids(tokenizer, style.start)
         self.eos_id = tokenizer.eos_token_id
+        self.grammar = grammar  # a CallGrammar: constrained decoding of open calls (None: off)
 
     def may_call(self, row: DecodeState) -> bool:
         return not self.disabled and row.opened < self.max_calls and row.call_at is None
@@ -101,6 +108,9 @@ class _Decoder:
     def choose(self, logits: torch.Tensor, rows: list[DecodeState], do_sample: bool, temperature: float) -> list[int]:
         """Pick the next token of every row from ``logits`` (B, V)."""
         logits = logits.float().clone()  # (B, V)
+        if self.grammar is not None and any(r.call_at is not None for r in rows):
+            self.grammar.restrict(logits, [None if r.call_at is None or r.forced or r.done else self._call_text(r)
+                                           for r in rows])
         start = torch.tensor(self.start_ids, device=logits.device)
         forbid = torch.tensor([not self.may_call(r) for r in rows], device=logits.device)  # (B,)
         if forbid.any():
@@ -138,14 +148,27 @@ class _Decoder:
         elif row.call_at is not None:
             self._advance_call(row)
         if row.chosen >= self.max_new_tokens:
+            if self.grammar is not None and row.call_at is not None:
+                self._close_call(row)
             row.new_ids.extend(row.forced)  # finish an insertion already decided
             row.forced = []
             row.done = True
 
+    def _call_text(self, row: DecodeState) -> str:
+        return self.tok.decode(row.new_ids[row.call_at:], clean_up_tokenization_spaces=False).lstrip(" ")
+
+    def _close_call(self, row: DecodeState) -> None:
+        """Constrained decoding at the end of the budget: close an open call whose input is complete, run it."""
+        text = self._call_text(row)
+        tail = self.grammar.closing_text(text)
+        if tail is not None:
+            row.new_ids.extend(self._ids_after(text, tail))
+            self._advance_call(row)
+
     def _advance_call(self, row: DecodeState) -> None:
         """Decide what the open call's text so far means."""
         s = self.style
-        text = self.tok.decode(row.new_ids[row.call_at:], clean_up_tokenization_spaces=False).lstrip(" ")
+        text = self._call_text(row)
         partial = text[len(s.start):]
         found = [pc for pc in parse_calls(text, s, None) if pc.start == 0]
         if found and found[0].call.result is not None:
@@ -185,14 +208,16 @@ class _Decoder:
     def _insert(self, row: DecodeState, partial: str, result: str | None) -> None:
         """Queue " result" + call-end (or just call-end) and close the call."""
         text = self.style.end if result is None else ("" if partial.endswith(" ") else " ") + result + self.style.end
-        # Tokenize the insertion in context, as the training text was tokenized as a whole
-        # (sentencepiece adds a prefix space to a lone piece; BPE may merge across the seam).
-        call_text = self.style.start + partial
-        before = self.tok.encode(call_text, add_special_tokens=False)
-        after = self.tok.encode(call_text + text, add_special_tokens=False)
-        same = after[: len(before)] == before and len(after) > len(before)
-        row.forced = after[len(before):] if same else self.tok.encode(text, add_special_tokens=False)
+        row.forced = self._ids_after(self.style.start + partial, text)
         row.call_at = None
+
+    def _ids_after(self, context: str, text: str) -> list[int]:
+        """The tokens of ``text`` written after ``context``, tokenized in context, as the training text was
+        tokenized as a whole (sentencepiece adds a prefix space to a lone piece; BPE may merge across the seam)."""
+        before = self.tok.encode(context, add_special_tokens=False)
+        after = self.tok.encode(context + text, add_special_tokens=False)
+        same = after[: len(before)] == before and len(after) > len(before)
+        return after[len(before):] if same else self.tok.encode(text, add_special_tokens=False)
 
 
 def _forward(model, ids, mask, positions, past, cache_arg: str):
@@ -248,7 +273,8 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
                         max_new_tokens: int = 32, top_k_trigger: int = 10, max_calls: int = 1,
                         disabled: bool = False, do_sample: bool = False, temperature: float = 1.0,
                         dates: list[str | None] | None = None, tools: set[str] | None = None,
-                        batch_size: int = 16, window: int = 0, on_call=None) -> list[Generation]:
+                        batch_size: int = 16, window: int = 0, on_call=None, constrained: bool = False,
+                        max_input_chars: int = MAX_INPUT_CHARS) -> list[Generation]:
     """Continue every prompt, calling tools the paper's way (see the module doc).
 
     ``sandbox`` runs the calls (may be None when ``disabled``); ``dates`` gives
@@ -257,18 +283,24 @@ def generate_with_tools(model, tokenizer, prompts: list[str], sandbox, style: Ca
     batches of ``batch_size``, similar lengths together; ``window`` is the
     model's context in tokens (0: from the model config). A prompt too long
     for the window, less room for the new tokens and call results, is cut
-    from the left (``prompt_tokens_cut`` says by how many tokens).
-    ``on_call(index, call, text)``, when given, is called as each call is made
-    (``index`` of the prompt, the call's dict as in ``calls``, ``text``
-    generated before the call). Returns one :class:`Generation` per prompt, in
-    order.
+    from the left (``prompt_tokens_cut`` says by how many tokens). With
+    ``constrained`` every call is well formed by construction (the tools'
+    input grammars; inputs of at most ``max_input_chars``): see
+    :mod:`toolformer.lm.constrain`. ``on_call(index, call, text)``, when
+    given, is called as each call is made (``index`` of the prompt, the
+    call's dict as in ``calls``, ``text`` generated before the call). Returns
+    one :class:`Generation` per prompt, in order.
     """
     if sandbox is None and not disabled and max_calls > 0:
         raise ValueError("generate_with_tools: tools are enabled but no sandbox was given")
     if dates is not None and len(dates) != len(prompts):
         raise ValueError(f"generate_with_tools: {len(dates)} dates for {len(prompts)} prompts")
+    grammar = None
+    if constrained and sandbox is not None and not disabled:
+        enabled = {n: t for n, t in sandbox.tools.items() if tools is None or n in tools}
+        grammar = call_grammar(tokenizer, style, enabled, max_input_chars)
     dec = _Decoder(tokenizer, style, sandbox, max_new_tokens=max_new_tokens, top_k_trigger=top_k_trigger,
-                   max_calls=max_calls, disabled=disabled, tools=tools, on_call=on_call)
+                   max_calls=max_calls, disabled=disabled, tools=tools, on_call=on_call, grammar=grammar)
     window = window or model_window(model)
     dates = dates or [None] * len(prompts)
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))

@@ -40,7 +40,7 @@ from pathlib import Path
 SPEC_FILE = "toolformer.json"
 FORMAT = 1
 DATA_DIR = "tools"
-DECODING = ("top_k_trigger", "max_calls", "max_new_tokens")
+DECODING = ("top_k_trigger", "max_calls", "max_new_tokens", "constrained")
 MB = 1_000_000
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from toolformer.tasks.formats import FORMATS, KINDS, TaskData, TaskItem, detect_format
 from toolformer.tasks.metrics import default_max_words, gold_fits, math_score, model_answer, qa_score
-from toolformer.tools.calls import CallStyle
+from toolformer.tools.calls import CallStyle, get_style, parse_calls
 
 
 def score_output(item: TaskItem, output: str, kind: str, max_words: int, decimals: int,
@@ -31,6 +31,50 @@ def score_counts(records: list[dict]) -> dict:
     correct = sum(bool(r["correct"]) for r in records)
     return {"scored": n, "correct": correct, "accuracy": correct / n if n else None,
             "malformed_calls": sum(bool(r.get("malformed_call")) for r in records)}
+
+
+# Malformed calls, by kind: the error codes of a call record (toolformer.lm.generate, the sandbox, the tools) that
+# say the call itself was wrong, not that a well-formed call found no result (not_found, division_by_zero ...).
+MALFORMED_KINDS = {
+    "unknown_tool": ("unknown_tool",),
+    "unparsable_input": ("unparseable", "invalid_arguments", "syntax", "not_arithmetic", "empty", "too_long"),
+    "no_result_marker": ("no_result_marker",),
+}
+
+
+def call_counts(records: list[dict], style: CallStyle | None = None) -> dict:
+    """Calls of one system's per-item results and the malformed ones by kind: unknown tool, unparsable input,
+    closed without the result marker, unclosed; ``malformed_per_100_calls`` is their sum per 100 calls (None
+    without calls). An item's calls are its ``calls`` (those the decoder ran or refused) and the calls left
+    open in its ``output``, which are not among them: one whose input never closed (``malformed_call``,
+    ``[QA(Who``) and one whose input closed but whose result marker never came (``[QA(Who?)`` at the end)."""
+    style = style or get_style("plain")
+    by_code = {code: kind for kind, codes in MALFORMED_KINDS.items() for code in codes}
+    malformed = dict.fromkeys([*MALFORMED_KINDS, "unclosed"], 0)
+    calls = 0
+    for r in records:
+        for c in r.get("calls") or []:
+            calls += 1
+            kind = by_code.get((c.get("error") or {}).get("code"))
+            if kind is not None:
+                malformed[kind] += 1
+        unclosed = int(bool(r.get("malformed_call")))
+        unclosed += sum(not pc.closed for pc in parse_calls(r.get("output") or "", style))
+        calls += unclosed
+        malformed["unclosed"] += unclosed
+    return _call_summary(calls, malformed)
+
+
+def merge_call_counts(counts: list[dict]) -> dict:
+    """:func:`call_counts` of several sets of results (a row's tasks) together."""
+    malformed = {k: sum(c["malformed"][k] for c in counts) for k in [*MALFORMED_KINDS, "unclosed"]}
+    return _call_summary(sum(c["calls"] for c in counts), malformed)
+
+
+def _call_summary(calls: int, malformed: dict[str, int]) -> dict:
+    total = sum(malformed.values())
+    return {"calls": calls, "malformed": malformed,
+            "malformed_per_100_calls": round(100 * total / calls, 2) if calls else None}
 
 
 def file_counts(data: TaskData, kind: str, max_words: int) -> dict:

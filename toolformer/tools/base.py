@@ -5,11 +5,16 @@ The paper's tools take one string. Their schema is an object with one
 string property ``input`` (described, with an example); the text of a call
 ``[Tool(x)]`` is the argument object ``{"input": "x"}``. A tool that takes
 nothing (Calendar) has an empty object schema and ignores what a call writes.
+A tool also declares the grammar of its input (``input_pattern``, a regular
+expression) that constrained decoding keeps a model's calls to.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+TEXT_PATTERN = r"[^\n]*\w[^\n]*"
+"""The input grammar of the tools that take text (a question, a query): one line with a letter or digit."""
 
 
 class ToolError(Exception):
@@ -47,6 +52,13 @@ class Tool:
     """One input that works, shown in the schema."""
     takes_input = True
     """False for a tool whose call has no input (its schema is an empty object)."""
+    input_pattern = r"[^\n]*"
+    """The grammar of the input: a regular expression (Python syntax, no flags, lookarounds or back-references)
+    that the whole input matches, like ``re.fullmatch``. Constrained decoding
+    (:mod:`toolformer.lm.constrain`) lets a model write only inputs that match it, so it should be no wider
+    than what :meth:`run` accepts. Brackets are counted by the call syntax: a pattern may allow ``(`` and
+    ``)`` anywhere, the decoder keeps them balanced. Ignored when ``takes_input`` is false (the input is
+    empty). Default: any one line."""
     prompt = ""
     """Few-shot prompt P(x) for the paper's sampler; ``{text}`` marks where x goes.
     Written with `[`, `]` and `→`; :func:`toolformer.tools.render_prompt` adapts

@@ -19,6 +19,12 @@ _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 _NUMBER = re.compile(r"^(\d+(\.\d*)?|\.\d+)$")
 _ALLOWED_CHARS = re.compile(r"^[0-9.+\-*/() ]*$")
 
+# The input grammar (Tool.input_pattern): signs and opening brackets, a number (thousands separators and decimals
+# allowed), closing brackets, and the same again after each operator, with the signs `_normalise` reads.
+_NUMBER_PATTERN = r"(?:[0-9]+(?:,[0-9]{3})*(?:\.[0-9]*)?|\.[0-9]+)"
+_TERM_PATTERN = rf"(?:[-+−–—(] *)*{_NUMBER_PATTERN}(?: *\))*"
+INPUT_PATTERN = rf" *{_TERM_PATTERN}(?: *[-+*/×xX·∗÷∕−–—] *{_TERM_PATTERN})* *"
+
 _OPS = {
     ast.Add: lambda a, b: a + b,
     ast.Sub: lambda a, b: a - b,
@@ -111,6 +117,7 @@ class Calculator(Tool):
     )
     input_description = "an arithmetic expression, e.g. 400 / 1400"
     example = "400 / 1400"
+    input_pattern = INPUT_PATTERN
     prompt = (
         "Your task is to add calls to a Calculator API to a piece of text. A call "
         "computes a number the text needs. Write a call as \"[Calculator(expression)]\", "

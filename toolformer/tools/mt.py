@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from toolformer.tools.base import Tool, ToolError
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
 
 
 class MT(Tool):
@@ -16,6 +16,7 @@ class MT(Tool):
     )
     input_description = "a short text in any language"
     example = "hola mundo"
+    input_pattern = TEXT_PATTERN
     prompt = (
         "Your task is to add calls to a Machine Translation API to a piece of text. A "
         "call translates a phrase in another language into English. Write a call as "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolformer.tools.base import Tool, ToolError
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
 from toolformer.tools.wikisearch import BM25Index, _stamp, read_collection, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
@@ -37,6 +37,7 @@ class QA(Tool):
     )
     input_description = "a question in natural language"
     example = "Where does the Danube end?"
+    input_pattern = TEXT_PATTERN
     prompt = (
         "Your task is to add calls to a Question Answering API to a piece of text. A call "
         "asks a question whose answer the text states next. Write a call as "

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from toolformer.tools.base import Tool, ToolError
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -68,6 +68,7 @@ class WikiSearch(Tool):
     )
     input_description = "a search query, a few words"
     example = "Danube mouth"
+    input_pattern = TEXT_PATTERN
     prompt = (
         "Your task is to add calls to a Wikipedia Search API to a piece of text. A call "
         "looks up a fact the text states. Write a call as \"[WikiSearch(query)]\", where "
