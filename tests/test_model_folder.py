@@ -62,7 +62,8 @@ def test_spec_copies_small_data_and_references_large(tmp_path, tiny_model_dir):
     spec = json.loads((folder / SPEC_FILE).read_text())
     assert spec["calls"] == {"style": "plain", "separator": " ", "start": "[", "end": "]", "arrow": "→",
                              "arrow_alternatives": ["->"], "special_tokens": False}
-    assert spec["decoding"] == {"top_k_trigger": 10, "max_calls": 1, "max_new_tokens": 12, "sampling": "greedy"}
+    assert spec["decoding"] == {"top_k_trigger": 10, "max_calls": 1, "max_new_tokens": 12, "constrained": False,
+                                "sampling": "greedy"}
     tools = spec["tools"]
     assert tools["enabled"] == ["Calculator", "QA"] and tools["settings"]["knowledge"] == "tools/knowledge.jsonl"
     assert "collection" not in tools["settings"] and tools["settings"]["max_result_chars"] == 300
@@ -170,7 +171,8 @@ def test_set_overrides_tools_and_is_never_a_prompt_fast(tmp_path, tiny_model_dir
         (line,) = json_lines(out.out)
         assert line["prompt"] == "one" and line["setup"]["enabled"] == ["Calculator"]
         assert line["setup"]["overridden"] == ["tools.enabled"] and line["setup"]["data"] == {}
-        assert line["setup"]["decoding"] == {"max_new_tokens": 2, "top_k_trigger": 3, "max_calls": 0}
+        assert line["setup"]["decoding"] == {"max_new_tokens": 2, "top_k_trigger": 3, "max_calls": 0,
+                                                 "constrained": False}
         assert f"tools Calculator from {folder / SPEC_FILE} (overridden: tools.enabled)" in out.err
     assert main(["generate", "--model", str(folder), "one", "tools.enabled=[QA]"]) == 2
     assert "reads as a setting: put settings after --set" in capsys.readouterr().err
