@@ -9,7 +9,8 @@ from toolformer.cli import main
 def test_help_lists_stage_commands():
     out = run_cli(["--help"])
     assert out.returncode == 0
-    for cmd in ("run", "sample", "execute", "filter", "build", "finetune", "evaluate", "inspect", "tool", "generate"):
+    for cmd in ("run", "sample", "execute", "filter", "chain", "build", "finetune", "evaluate", "inspect", "tool",
+                "generate"):
         assert cmd in out.stdout
 
 

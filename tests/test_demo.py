@@ -10,7 +10,7 @@ import pytest
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.demo import ROWS, run_demo
+from toolformer.demo import demo_rows, run_demo
 
 pytestmark = pytest.mark.slow  # trains a base model and fine-tunes two: about a minute
 ROOT = Path(__file__).resolve().parent.parent
@@ -20,7 +20,8 @@ REDUCED = [
     "world.eval_qa=12", "pretrain.max_steps=8", "pretrain.eval_every=4", "pretrain.batch_size=8",
     "pretrain.dev_docs=20", "pretrain.probe_items=4", "filter.tau_filter=-100", "filter.per_tool_tau={}",
     "finetune.max_steps=4", "finetune.eval_every=2", "finetune.save_every=2", "finetune.batch_size=8",
-    "finetune.micro_batch_size=8", "evaluate.max_new_tokens=6",
+    "finetune.micro_batch_size=8", "evaluate.max_new_tokens=6", "world.twostep_docs=10", "world.eval_twostep=8",
+    "demo.twostep_max_new_tokens=12",
 ]
 
 
@@ -33,9 +34,11 @@ def demo_run(tmp_path_factory):
 
 def test_every_stage_produced_its_outputs(demo_run):
     run_dir, _ = demo_run
-    for stage in ("sample", "execute", "filter", "build", "finetune", "evaluate", "inspect"):
+    for stage in ("sample", "execute", "filter", "chain", "build", "finetune", "evaluate", "inspect"):
         assert (run_dir / stage / "manifest.json").exists(), stage
+    assert (run_dir / "chain" / "round-2" / "manifest.json").exists()  # demo.yaml: chain.rounds 2
     for name in ("world/world.json", "world/corpus.jsonl", "world/eval_math_unseen.json", "world/eval_qa_unseen.jsonl",
+                 "world/eval_math_twostep.json",
                  "base-model/config.json", "model/config.json", "control/model/config.json",
                  "build/dataset/dataset_info.json", "eval/results.json", "eval/results.md",
                  "inspect/report.html", "config.yaml"):
@@ -54,18 +57,21 @@ def test_results_json_has_the_rows_and_fields(demo_run):
     run_dir, returned = demo_run
     results = json.loads((run_dir / "results.json").read_text())
     assert results == json.loads(json.dumps(returned))
-    assert set(results["rows"]) == set(ROWS)
+    assert set(results["rows"]) == {"base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls"}
+    assert tuple(results["rows"]) == demo_rows(load_config(PipelineConfig, ROOT / "configs" / "demo.yaml"))
     for name, row in results["rows"].items():
-        sets = {"math_seen", "math_unseen", "qa_seen", "qa_unseen"}
+        sets = {"math_seen", "math_unseen", "qa_seen", "qa_unseen", "math_twostep"}
         assert set(row) == {"arithmetic", "qa", "perplexity", "call_rate"} | sets, name
-        assert row["arithmetic"] == pytest.approx((row["math_seen"] + row["math_unseen"]) / 2)
+        assert row["arithmetic"] == pytest.approx((row["math_seen"] + row["math_unseen"] + row["math_twostep"]) / 3)
         for key in ("arithmetic", "qa", "call_rate", *sets):
             assert 0.0 <= row[key] <= 1.0, (name, key)
-        if name != "toolformer":
+        if name not in ("toolformer", "toolformer_2calls"):  # decoding variants of toolformer_disabled's model
             assert row["perplexity"] > 1.0
     assert results["rows"]["base"]["call_rate"] == 0 and results["rows"]["control"]["call_rate"] == 0
     assert results["rows"]["toolformer_disabled"]["call_rate"] == 0
-    assert {"world", "pretrain", "sample", "filter", "finetune", "evaluate", "total"} <= set(results["wall_seconds"])
+    walls = set(results["wall_seconds"])
+    assert {"world", "pretrain", "sample", "filter", "chain", "finetune", "evaluate", "total"} <= walls
+    assert set(results["chain_rounds"]) == {"2"} and results["chained"]["gold_documents"] == 10
     assert set(results["kept_calls"]) == {"Calculator", "QA"} and sum(results["kept_calls"].values()) > 0
     gold = results["filter_gold"]
     assert {"Calculator", "QA"} <= set(gold)

@@ -109,11 +109,14 @@ def _greedy_caller(tok):
     return call_script(tok, outside)
 
 
-@pytest.mark.parametrize("max_calls", [1, 2])
+@pytest.mark.parametrize("max_calls", [1, 2, 3])
 def test_call_limit(tok, sandbox, max_calls):
-    (g,) = run(tok, _greedy_caller(tok), sandbox, max_calls=max_calls)
+    """At most ``max_calls`` calls, and none right after a call's result: a model that always wants a call
+    writes ` 9` between two calls (calls never touch in the fine-tuning data)."""
+    (g,) = run(tok, call_script(tok, lambda text: [" [", " 9"] if text.count(" 9") < 3 else [tok.eos_token_id]),
+               sandbox, max_calls=max_calls)
     assert len(g.calls) == max_calls
-    assert g.text == " [Calculator(2+3) → 5]" * max_calls + " 9"
+    assert g.text == " [Calculator(2+3) → 5] 9" * max_calls + " 9" * (3 - max_calls)
 
 
 def test_budget_counts_model_tokens_and_finishes_insertion(tok, sandbox):

@@ -225,3 +225,36 @@ def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
     generate_world(cfg)
     assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"]), \
         "the world generator changed: retrain data/world-base (see README)"
+
+
+def test_demo_config_has_the_shipped_base_models_key(repo_root):
+    """data/world-base stays valid for configs/demo.yaml: its key leaves out the world fields that shape only the
+    annotation corpus's appended documents and the evaluation sets (the two-step ones); others still count."""
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
+    from toolformer.world.pretrain import pretrain_key
+
+    demo = repo_root / "configs" / "demo.yaml"
+    cfg = load_config(PipelineConfig, demo)
+    record = json.loads((repo_root / cfg.pretrain.shipped / "pretrain.json").read_text())
+    assert cfg.world.twostep_docs and cfg.world.eval_twostep  # the demo has two-step data
+    assert record["key"] == pretrain_key(cfg) and record["steps"] == cfg.pretrain.max_steps
+    assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "eval_twostep"}
+    off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0"])
+    assert pretrain_key(off) == record["key"]
+    assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]
+
+
+def test_tokenizer_and_probe_texts_leave_the_twostep_documents_out(tmp_path):
+    """The tokenizer and the copy probe read the same texts with and without the two-step documents, so the
+    base model does not depend on them (hence pretrain_key may leave them out)."""
+    from toolformer.world import generate_world
+    from toolformer.world.pretrain import tokenizer_texts
+
+    with_two = generate_world(small_cfg(tmp_path / "a"))
+    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0))
+    assert SMALL["twostep_docs"] and with_two["corpus"].read_bytes() != without["corpus"].read_bytes()
+    n = SMALL["corpus_docs"]
+    assert tokenizer_texts(with_two, n) == tokenizer_texts(without, n) == tokenizer_texts(without)
+    for tool in ("Calculator", "QA"):
+        assert probe_items(with_two["corpus"], tool, 50, 0, n) == probe_items(without["corpus"], tool, 50, 0)

@@ -135,7 +135,7 @@ def test_a_user_folder_survives_every_command(tiny_model_dir, tmp_path, capsys, 
     ov = overrides(tiny_model_dir, user)
     fresh = [o if not o.startswith("run_dir=") else f"run_dir={tmp_path / 'fresh'}" for o in ov]
     commands = [["run", *ov], ["run", "--force", *ov],
-                *([s, *ov] for s in ("sample", "execute", "filter", "build", "finetune", "evaluate")),
+                *([s, *ov] for s in ("sample", "execute", "filter", "chain", "build", "finetune", "evaluate")),
                 ["world", f"run_dir={user}"],
                 ["pretrain", f"run_dir={user}"], ["demo", "--config", "configs/demo.yaml", f"run_dir={user}"],
                 ["inspect", str(user)], ["tiny-model", "--out", str(user)],

@@ -15,7 +15,7 @@ from toolformer.world.corpora import LeakGuard, date_words
 from toolformer.world.entities import Fact
 
 SMALL = dict(towns=14, rivers=3, ranges=2, seas=2, people=18, events=6, pretrain_docs=400, corpus_docs=150,
-             heldout_docs=40, eval_math=24, eval_qa=30)
+             heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16)
 
 
 def small_cfg(out: Path, **kw) -> PipelineConfig:
@@ -53,7 +53,7 @@ def test_files_have_their_fields(world):
     assert all(set(d) == {"text"} and d["text"] for d in jsonl(world["pretrain"]))
     assert all(set(d) == {"text"} for d in jsonl(world["heldout"]))
     corpus = jsonl(world["corpus"])
-    assert len(corpus) == SMALL["corpus_docs"] and len({d["id"] for d in corpus}) == len(corpus)
+    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"] and len({d["id"] for d in corpus}) == len(corpus)
     for d in corpus:
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", d["date"]) and d["text"] and d["gold_calls"]
     forms = json.loads(world["forms"].read_text())
@@ -83,6 +83,46 @@ def test_gold_calls_are_right_and_point_at_the_answer(world):
 
                 assert g["result"] == date_words(dt.date.fromisoformat(d["date"]))
         assert not parse_calls(d["text"], style, set(REGISTRY))  # the annotation corpus has no calls yet
+
+
+def test_twostep_problems_and_documents(world):
+    """Two-step problems (SVAMP format, training forms and words) and annotation documents whose second gold call
+    starts with the first one's result, written at the answer of a worked solution."""
+    from toolformer.tasks import load_task
+    from toolformer.world.arithmetic import TWOSTEP_KEYS
+
+    forms = json.loads(world["forms"].read_text())
+    problems = json.loads(world["eval_math_twostep"].read_text())
+    assert len(problems) == SMALL["eval_twostep"]
+    assert {p["Form"] for p in problems} == {f"twostep-{k}" for k in TWOSTEP_KEYS}  # 16 items: each form twice
+    fmt, data = load_task(world["eval_math_twostep"], "svamp")
+    assert fmt == "svamp" and len(data.items) == len(problems) and not data.skipped
+    for p, item in zip(problems, data.items):
+        a, op1, b, op2, d = p["Equation"].replace("(", " ").replace(")", " ").split()
+        c1 = calculate(f"{a} {op1} {b}")
+        assert calculate(f"{c1} {op2} {d}") == str(p["Answer"]) == item.answers[0]
+        assert [n.replace(",", "") for n in re.findall(r"\d[\d,]*", item.question)] == [a, b, d]
+        assert item.question == f"{p['Body']} {p['Question']}" and p["Question"].endswith("?")
+        assert not set(re.findall(r"[A-Za-z]+", item.question)) & set(forms["heldout_names"] + forms["heldout_units"])
+    docs = jsonl(world["corpus"])[SMALL["corpus_docs"]:]
+    assert [d["id"] for d in docs] == [f"d{SMALL['corpus_docs'] + i:05d}" for i in range(SMALL["twostep_docs"])]
+    for d in docs:
+        first, second = d["gold_calls"]
+        assert second["input"].startswith(f"{first['result']} ") and first["char_start"] < second["char_start"]
+        assert d["text"][first["char_start"]:].startswith(f"{first['result']} {second['input'].split()[1]} ")
+        assert "The answer is " in d["text"][:first["char_start"]]
+
+
+def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
+    """The two-step documents and problems draw from their own streams: without them every file is the same,
+    and the annotation corpus is the same up to them."""
+    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0))
+    assert not without["eval_math_twostep"].exists()
+    for name, path in without.items():
+        if name not in ("summary", "corpus", "eval_math_twostep"):
+            assert path.read_bytes() == world[name].read_bytes(), name
+    assert world["corpus"].read_bytes().startswith(without["corpus"].read_bytes())
+    assert "eval_math_twostep" not in json.loads(without["summary"].read_text())["files"]
 
 
 def test_qa_tool_answers_every_eval_question_and_gold_call(world):
@@ -118,13 +158,12 @@ def test_pretraining_text_has_call_notes_of_every_tool(world):
 def test_no_eval_item_appears_in_training_or_annotation_text(world):
     texts = [d["text"] for d in jsonl(world["pretrain"]) + jsonl(world["corpus"]) + jsonl(world["heldout"])]
     blob = "\n".join(texts)
-    problems = json.loads(world["eval_math_seen"].read_text()) + json.loads(world["eval_math_unseen"].read_text())
-    for p in problems:
+    problems = [json.loads(world[f"eval_{name}"].read_text()) for name in ("math_seen", "math_unseen", "math_twostep")]
+    for p in [p for ps in problems for p in ps]:
         assert f"{p['Body']} {p['Question']}".strip() not in blob
-        a, _op, b = p["Equation"].strip("( )").split()
-        answer = str(p["Answer"])
+        numbers = [n for n in re.findall(r"\d+", p["Equation"])] + [str(p["Answer"])]  # a, b (, d), the answer
         for t in texts:
-            assert not all(re.search(rf"(?<!\d){n}(?!\d)", t) for n in (a, b, answer)), (p, t)
+            assert not all(re.search(rf"(?<!\d){n}(?!\d)", t) for n in numbers), (p, t)
     facts = {(f["subject"], f["object"]): f for f in jsonl(world["knowledge"])}
     for q in jsonl(world["eval_qa_seen"]) + jsonl(world["eval_qa_unseen"]):
         f = facts[(q["subject"], q["answer"])]

@@ -31,6 +31,7 @@ STAGE_HELP = {
     "sample": "propose candidate API calls at positions of the corpus",
     "execute": "run every candidate call through the tool sandbox",
     "filter": "keep calls whose result lowers the weighted loss by tau_f",
+    "chain": "more rounds of sample/execute/filter with the kept calls inline (chain.rounds)",
     "build": "write the augmented data set with kept calls inline",
     "finetune": "fine-tune the causal LM on the augmented data set",
     "evaluate": "evaluate base / disabled / enabled models on math and QA",

@@ -1,35 +1,49 @@
 """``toolformer demo``: the whole method on the small world, on a CPU.
 
-world → base model → sample/propose → execute → filter → build → finetune
+world → base model → sample/propose → execute → filter → chain → build → finetune
 (+ a control model tuned on the same documents without calls) → evaluate →
 inspect, into one run folder, ending with the results table and the wall time
 of each stage. ``RUN_DIR/results.json`` holds, per row (``base``,
-``control``, ``toolformer_disabled``, ``toolformer``), the accuracy on each
-evaluation set (``math_seen``, ``math_unseen``, ``qa_seen``, ``qa_unseen``:
-the world's training forms and its held-out forms), their means
-``arithmetic`` and ``qa``, ``perplexity`` and ``call_rate``; plus
-``wall_seconds``, ``kept_calls`` and ``filter_gold`` (precision and recall of
-the kept calls against the corpus's gold calls, per tool).
+``control``, ``toolformer_disabled``, ``toolformer`` and, with
+``demo.max_calls_row`` n, ``toolformer_<n>calls``: the tuned model allowed n
+calls per item), the accuracy on each evaluation set (``math_seen``,
+``math_unseen``, ``qa_seen``, ``qa_unseen``: the world's training forms and
+its held-out forms; ``math_twostep`` with ``world.eval_twostep``), their
+means ``arithmetic`` and ``qa``, ``perplexity`` and ``call_rate``; plus
+``wall_seconds``, ``kept_calls``, ``filter_gold`` (precision and recall of
+the kept calls against the corpus's gold calls, per tool), ``chain_rounds``
+(the chain stage's counts per round) and ``chained`` (the built documents
+where a call's input holds an earlier call's result).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 import time
 from pathlib import Path
 
 from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
-from toolformer.inspect.view import gold_summary
+from toolformer.inspect.view import gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
 from toolformer.run.folder import Stage, atomic_write_text
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
 
 
+def chained_row(cfg: PipelineConfig) -> str | None:
+    """The name of the row that allows ``demo.max_calls_row`` calls per item (None without one)."""
+    return f"toolformer_{cfg.demo.max_calls_row}calls" if cfg.demo.max_calls_row else None
+
+
+def demo_rows(cfg: PipelineConfig) -> tuple[str, ...]:
+    return ROWS + ((chained_row(cfg),) if cfg.demo.max_calls_row else ())
+
+
 def world_config(cfg: PipelineConfig) -> PipelineConfig:
     """The pipeline config pointed at the generated world and the base model."""
-    from toolformer.world.generator import EVAL_SETS, base_model_dir, world_paths
+    from toolformer.world.generator import EVAL_SETS, TWOSTEP_SET, base_model_dir, world_paths
 
     cfg = copy.deepcopy(cfg)
     paths = world_paths(cfg)
@@ -46,6 +60,10 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
                        kind=kind, prompt=cfg.demo.math_prompt if kind == "math" else cfg.demo.qa_prompt)
             for name, kind in ((s, s.split("_")[0]) for s in EVAL_SETS)
         ]
+        if cfg.world.eval_twostep:
+            cfg.evaluate.tasks.append(TaskConfig(name=TWOSTEP_SET, path=str(paths[f"eval_{TWOSTEP_SET}"]),
+                                                 format="svamp", kind="math", prompt=cfg.demo.math_prompt,
+                                                 max_new_tokens=cfg.demo.twostep_max_new_tokens))
     return cfg
 
 
@@ -73,15 +91,52 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
     out_dir = Path(cfg.evaluate.output_dir or Path(cfg.run_dir) / "eval")
     full = json.loads((out_dir / "results.json").read_text())
     rows = {}
-    for name in ROWS:
+    for name in demo_rows(cfg):
         r = full["rows"].get(name)
         rows[name] = None if r is None else (
             {t: c["accuracy"] for t, c in r["tasks"].items()}
             | {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "call_rate")})
     filt = Stage(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
     kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
+    chain = Stage(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "filter_gold": gold_summary(cfg.run_dir),
-            "seed": cfg.seed, "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
+            "chain_rounds": chain["counts"]["rounds"], "chained": chained_documents(cfg.run_dir), "seed": cfg.seed,
+            "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
+
+
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def _numbers(text: str) -> set[str]:
+    return {n.replace(",", "") for n in _NUMBER.findall(text or "")}
+
+
+def chained_documents(run_dir: str | Path) -> dict:
+    """The built documents with chained calls: a call whose input holds the result of an earlier call of the same
+    document (copied from the text). ``documents``, ``calls`` (all calls of those documents), ``precision``: their
+    share right against the corpus's gold calls (the filter_gold rule), ``gold_documents``: corpus documents whose
+    gold calls are chained (the world's two-step documents), ``gold_documents_chained``: those among them with a
+    chain in the built data."""
+    import datasets
+
+    from toolformer.run.folder import read_documents
+
+    built = datasets.load_from_disk(str(Path(run_dir) / "build" / "dataset"))
+    docs = {str(k): d for k, d in read_documents(run_dir).items()}
+
+    def chained(calls: list[dict]) -> bool:
+        return any(str(c["result"]).replace(",", "") in _numbers(later["input"])
+                   for k, c in enumerate(calls) for later in calls[k + 1:])
+
+    found = {d: [{**c, "doc_id": d, "kept": True} for c in json.loads(calls)]
+             for d, calls in zip(built["doc_id"], built["calls"]) if chained(json.loads(calls))}
+    calls = [c for cs in found.values() for c in cs]
+    matched = match_gold(calls, {d: docs[d] for d in found if d in docs}) if calls else None
+    right = sum(t["kept_right"] for t in matched["per_tool"].values()) if matched else 0
+    gold = [d for d, doc in docs.items() if chained(doc.get("gold_calls") or [])]
+    return {"documents": len(found), "calls": len(calls), "calls_right": right,
+            "precision": right / len(calls) if calls else None, "gold_documents": len(gold),
+            "gold_documents_chained": sum(d in found for d in gold)}
 
 
 def table(results: dict) -> str:
@@ -119,8 +174,11 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
     wcfg = world_config(cfg)
     wcfg.evaluate.extra_models = [ExtraModel(name="control", path=str(Path(cfg.run_dir) / "control" / "model"))]
+    if cfg.demo.max_calls_row:  # the tuned model again, allowed chained calls: a later call may copy an earlier result
+        wcfg.evaluate.extra_models.append(ExtraModel(name=chained_row(cfg), path=str(Path(cfg.run_dir) / "model"),
+                                                     tools=True, max_calls=cfg.demo.max_calls_row))
     save_resolved_config(wcfg)
-    for stage in ("sample", "execute", "filter", "build", "finetune"):
+    for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
         timed(stage, lambda s=stage: run_stage(s, wcfg, force=force))
 
     # The paper's "+ CC" row: the same documents, fine-tuned the same way, without calls.
@@ -137,10 +195,19 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
     print("\n" + table(results))
     print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
+    for r, c in results["chain_rounds"].items():
+        print(f"kept in chain round {r} ({c['documents']:,} documents with calls inline): "
+              + ", ".join(f"{t} {v['kept']:,} of {v['candidates']:,}" for t, v in c["per_tool"].items()))
     for tool, g in (results["filter_gold"] or {}).items():
         precision = "–" if g["precision"] is None else f"{100 * g['precision']:.1f} %"
         print(f"kept {tool} calls against the corpus's gold calls: precision {precision} ({g['kept_right']:,} of "
               f"{g['kept']:,} right), recall {100 * g['recall']:.1f} % ({g['gold_with_kept']:,} of {g['gold']:,})")
+    ch = results["chained"]
+    if ch["documents"] or ch["gold_documents"]:
+        precision = "–" if ch["precision"] is None else f"{100 * ch['precision']:.1f} %"
+        print(f"chained calls (an input holding an earlier call's result): {ch['documents']:,} built documents, "
+              f"their {ch['calls']:,} calls {precision} right against gold; {ch['gold_documents_chained']:,} of the "
+              f"{ch['gold_documents']:,} corpus documents whose gold calls chain got a chain")
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()))
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
     return results

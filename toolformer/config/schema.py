@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-STAGES = ("sample", "execute", "filter", "build", "finetune", "evaluate", "inspect")
+STAGES = ("sample", "execute", "filter", "chain", "build", "finetune", "evaluate", "inspect")
 
 
 @dataclass
@@ -263,6 +263,19 @@ class FilterConfig:
 
 
 @dataclass
+class ChainConfig:
+    rounds: int = 1
+    """Rounds of sample → execute → filter, one call at a time. Round r ≥ 2 (the chain stage) proposes, runs and
+    filters calls again on each document with the calls kept so far inline, after the first of them and where none
+    was kept: a call may take an earlier call's result as input, and is judged with the earlier calls in the text
+    (chained calls). 1 = the paper's single round: the chain stage does nothing."""
+
+    def validate(self) -> None:
+        if self.rounds < 1:
+            raise ValueError(f"rounds: {self.rounds} is less than 1")
+
+
+@dataclass
 class BuildConfig:
     drop_without_calls: bool = True
     """Drop documents none of whose calls was kept; false keeps every one as a plain document."""
@@ -374,6 +387,8 @@ class TaskConfig:
     """math: decimals the prediction and the answer are compared at."""
     max_items: int = 0
     """Evaluate at most the first this many items; 0 = all."""
+    max_new_tokens: int = 0
+    """Tokens generated per item of this task; 0 = evaluate.max_new_tokens (an answer with two calls needs more)."""
 
     def validate(self) -> None:
         from toolformer.tasks import FORMATS
@@ -388,6 +403,8 @@ class TaskConfig:
             raise ValueError(f"format: {self.format!r} is not auto or one of {sorted(FORMATS)}")
         if "{question}" not in self.prompt:
             raise ValueError("prompt: the template must contain {question}")
+        if self.max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens: {self.max_new_tokens} is negative")
 
 
 @dataclass
@@ -398,6 +415,9 @@ class ExtraModel:
     """Model folder or hub id."""
     tools: bool = False
     """Decode with tool calls (true) or with p(call-start) = 0 (false)."""
+    max_calls: int = 0
+    """Calls per input for this row; 0 = evaluate.max_calls. A row with its own max_calls is a decoding variant of
+    its model (e.g. the tuned model with chained calls): it gets no perplexity, as the toolformer row."""
 
 
 @dataclass
@@ -450,6 +470,8 @@ class EvaluateConfig:
                 raise ValueError(f"extra_models: name {m.name!r} must be letters, digits, `_`, `-` or `.`")
             if m.name in rows or m.name in EVAL_ROWS:
                 raise ValueError(f"extra_models: row name {m.name!r} is already used")
+            if m.max_calls < 0:
+                raise ValueError(f"extra_models: {m.name}: max_calls {m.max_calls} is negative")
             rows.append(m.name)
 
 
@@ -538,6 +560,13 @@ class WorldConfig:
     eval_qa: int = 300
     """Questions in each of eval_qa_seen.jsonl and eval_qa_unseen.jsonl, about the facts only the tools' data
     states (each asked more than once when there are fewer)."""
+    twostep_docs: int = 0
+    """Annotation documents with a two-step word problem and its worked answer (`The answer is 888 + 150 =
+    1038.`), appended to corpus.jsonl after the corpus_docs others; their gold calls are the two steps, the second's
+    input starting with the first's result (chained calls)."""
+    eval_twostep: int = 0
+    """Two-step word problems in eval_math_twostep.json (training forms and words; SVAMP format): a first
+    operation on two numbers, then a second on its result and a third number; 0 = no such file."""
 
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
@@ -559,6 +588,14 @@ class WorldConfig:
             raise ValueError("needs at least 2 towns, 1 river, 1 range, 1-6 seas and 1 person")
         if self.events > self.towns:
             raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
+        if self.twostep_docs < 0 or self.eval_twostep < 0:
+            raise ValueError("twostep_docs and eval_twostep must be 0 or more")
+
+
+# World fields that shape only the annotation corpus (documents appended after the corpus_docs others) and the
+# evaluation sets, never pretrain.jsonl nor what the tokenizer and probes read: `pretrain_key` leaves them out, so
+# adding one keeps the shipped base model valid (`use_shipped` still checks the sha256 of pretrain.jsonl).
+WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "eval_twostep")
 
 
 @dataclass
@@ -624,6 +661,16 @@ class DemoConfig:
     plain_from_pretraining: bool = True
     """Let the build stage's plain mix draw from the world's pre-training text too (build.plain_path): the paper's
     C* is pre-training-like text with sparse calls, while the annotation corpus has a call in most documents."""
+    max_calls_row: int = 2
+    """Also evaluate the tuned model with at most this many calls per item, as the row `toolformer_<n>calls` (a
+    later call may copy an earlier call's result from the text); 0 = no such row. The `toolformer` row keeps
+    evaluate.max_calls."""
+    twostep_max_new_tokens: int = 56
+    """Tokens generated per item of math_twostep (world.eval_twostep): two calls and a worked answer take about 45."""
+
+    def validate(self) -> None:
+        if self.max_calls_row < 0 or self.twostep_max_new_tokens < 1:
+            raise ValueError("max_calls_row must be 0 or more and twostep_max_new_tokens at least 1")
 
 
 @dataclass
@@ -643,6 +690,7 @@ class PipelineConfig:
     sample: SampleConfig = field(default_factory=SampleConfig)
     execute: ExecuteConfig = field(default_factory=ExecuteConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
+    chain: ChainConfig = field(default_factory=ChainConfig)
     build: BuildConfig = field(default_factory=BuildConfig)
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)

@@ -10,7 +10,10 @@ batch, with the key/value cache. The paper's rules (section 4.1):
   :class:`~toolformer.tools.sandbox.Sandbox`, and ``" " + result + call-end`` is
   inserted, then decoding continues after it;
 * at most ``max_calls`` calls per input (1); after that, and always in
-  "Toolformer (disabled)" mode, p(call-start) is set to 0.
+  "Toolformer (disabled)" mode, p(call-start) is set to 0; so too right
+  after a call's result, until the model has written a token of text (with
+  ``max_calls`` > 1: calls never touch in the fine-tuning data, and a second
+  call started at once would replace the answer the first one gave).
 
 Which tokens are call-start tokens: every vocabulary token whose decoded text,
 stripped of leading spaces, equals the style's call-start marker. With a BPE
@@ -51,7 +54,8 @@ from toolformer.tools.calls import CallStyle, parse_calls, strip_calls
 
 # A prefix that can still become `Name(...`; anything else after `[` is text.
 _CALL_PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*(\(.*)?\Z|\Z", re.S)  # dots: MCP tools (`words.lookup`)
-# Tokens reserved per allowed call for its inserted result when the prompt is cut to the window.
+# Tokens reserved per allowed call for its inserted result when the prompt is cut to the window, at most a quarter
+# of the room the new tokens leave: in a small window, room for results that may never come must not cut the prompt.
 RESULT_TOKENS = 64
 
 
@@ -79,6 +83,7 @@ class DecodeState:
     forced: list[int] = field(default_factory=list)  # tokens still to insert, fed one per step
     chosen: int = 0  # tokens the model chose (counts against max_new_tokens)
     opened: int = 0  # calls opened so far
+    after_call: bool = False  # a call just closed: no call starts before the model writes a token
     call_at: int | None = None  # index in new_ids of the open call's start token
     calls: list[dict] = field(default_factory=list)
     done: bool = False
@@ -103,7 +108,7 @@ class _Decoder:
         self.grammar = grammar  # a CallGrammar: constrained decoding of open calls (None: off)
 
     def may_call(self, row: DecodeState) -> bool:
-        return not self.disabled and row.opened < self.max_calls and row.call_at is None
+        return not self.disabled and row.opened < self.max_calls and row.call_at is None and not row.after_call
 
     def choose(self, logits: torch.Tensor, rows: list[DecodeState], do_sample: bool, temperature: float) -> list[int]:
         """Pick the next token of every row from ``logits`` (B, V)."""
@@ -142,6 +147,7 @@ class _Decoder:
             return
         row.new_ids.append(token)
         row.chosen += 1
+        row.after_call = False
         if row.call_at is None and token in self.start_ids and self.may_call(row):
             row.call_at = len(row.new_ids) - 1
             row.opened += 1
@@ -210,6 +216,7 @@ class _Decoder:
         text = self.style.end if result is None else ("" if partial.endswith(" ") else " ") + result + self.style.end
         row.forced = self._ids_after(self.style.start + partial, text)
         row.call_at = None
+        row.after_call = True
 
     def _ids_after(self, context: str, text: str) -> list[int]:
         """The tokens of ``text`` written after ``context``, tokenized in context, as the training text was
@@ -229,7 +236,8 @@ def _forward(model, ids, mask, positions, past, cache_arg: str):
 def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, do_sample, temperature,
                     window: int, indices: list[int]) -> list[Generation]:
     device = next(model.parameters()).device
-    keep = max(1, window - dec.max_new_tokens - RESULT_TOKENS * max(0, dec.max_calls))
+    room = window - dec.max_new_tokens
+    keep = max(1, room - min(RESULT_TOKENS * max(0, dec.max_calls), room // 4))
     bos = bos_ids(tokenizer)
     # Cut long prompts from the left, keeping BOS first (sequences start with it in training).
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]

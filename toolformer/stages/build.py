@@ -2,7 +2,8 @@
 
 Every call the filter kept goes back into its document **inline**, at the
 character offset where it was proposed: x* = x_1..x_{i-1}, e(c, r), x_i..x_n.
-Several calls per document and several tools are merged into one data set.
+Several calls per document and several tools are merged into one data set,
+with the calls the chain stage kept in later rounds (``chain.rounds``).
 
 Choices, in order:
 
@@ -65,6 +66,21 @@ def read_kept(filter_dir: Path) -> list[dict]:
             record["_where"] = f"{shard.name}:{line_no}"
             kept.append(record)
     return kept
+
+
+def round_name(r: int) -> str:
+    """The folder of round ``r`` of the chain stage, in ``RUN_DIR/chain``."""
+    return f"round-{r}"
+
+
+def chained_kept(cfg: PipelineConfig) -> list[dict]:
+    """The kept records of the chain stage's rounds 2..``chain.rounds`` (their ``char_start`` already in the
+    original text); the stage must have finished when there are such rounds."""
+    if cfg.chain.rounds < 2:
+        return []
+    chain = Stage(cfg.run_dir, "chain")
+    chain.require(" (toolformer chain: chain.rounds > 1)")
+    return [r for n in range(2, cfg.chain.rounds + 1) for r in read_kept(chain.dir / round_name(n))]
 
 
 def best_per_position(kept: list[dict]) -> tuple[list[dict], int]:
@@ -168,6 +184,8 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     docs = read_documents(cfg.run_dir)
     docs_by_id = {str(k): d for k, d in docs.items()}
     kept = read_kept(filter_stage.dir)
+    n_first = len(kept)
+    kept += chained_kept(cfg)
 
     valid, rejected = check_positions(kept, docs_by_id)
     winners, n_competing = best_per_position(valid)
@@ -189,6 +207,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
         "per_tool": {tool: {"kept": n, "inserted": per_tool.get(tool, 0), "capped": capped.get(tool, 0)}
                      for tool, n in sorted(Counter(r["tool"] for r in valid).items())},
         "competing_dropped": n_competing,
+        "kept_in_later_rounds": len(kept) - n_first,
         "rejected": len(rejected),
     }
     run.stage.finish(run.hash, cfg.seed, counts, dataset=str(run.stage.dir / DATASET))

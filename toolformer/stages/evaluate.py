@@ -6,14 +6,16 @@ Rows (models or modes) by columns (evaluation sets):
 * ``toolformer_disabled``: the tuned model (``finetune.output_dir`` or
   ``RUN_DIR/model``) with p(call-start) = 0;
 * ``toolformer``: the tuned model, calling tools by the top-k rule;
-* every ``evaluate.extra_models`` entry (e.g. a control tuned without calls).
+* every ``evaluate.extra_models`` entry (e.g. a control tuned without calls,
+  or the tuned model with its own ``max_calls``: chained calls).
 
 A row whose model folder has a ``toolformer.json`` runs with the tools, tool
 data and call style it records (``evaluate.tools_from: model``; ``config``
 uses this config's for every row); an enabled tool whose data is missing
 stops the stage before any work, naming the file. Decoding follows this
-config's ``evaluate`` section. ``results.json`` says per row which tools
-and data were used (``tool_setup``).
+config's ``evaluate`` section (a task's own ``max_new_tokens`` and an extra
+row's own ``max_calls`` go over it). ``results.json`` says per row which
+tools and data were used (``tool_setup``) and its ``max_calls``.
 
 Each (row, task) writes its per-item predictions to
 ``OUT/predictions/<row>/<task>.jsonl``; ``OUT/results.json`` holds accuracy
@@ -60,6 +62,7 @@ class EvalVariant:
     path: str
     tools: bool
     tuned: bool = False
+    max_calls: int = 0  # 0: evaluate.max_calls
 
 
 def tuned_model_path(cfg: PipelineConfig) -> str:
@@ -74,7 +77,8 @@ def plan_rows(cfg: PipelineConfig) -> tuple[list[EvalVariant], dict[str, str]]:
     builtin = {"base": EvalVariant("base", cfg.model.path, False),
                "toolformer_disabled": EvalVariant("toolformer_disabled", tuned, False, True),
                "toolformer": EvalVariant("toolformer", tuned, True, True)}
-    rows = [builtin[r] for r in ev.rows] + [EvalVariant(m.name, m.path, m.tools) for m in ev.extra_models]
+    rows = [builtin[r] for r in ev.rows] + [EvalVariant(m.name, m.path, m.tools, max_calls=m.max_calls)
+                                            for m in ev.extra_models]
     kept, skipped = [], {}
     for row in rows:
         if not row.path:
@@ -177,8 +181,9 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
     for s in range(0, len(order), ev.batch_size):
         idx = order[s : s + ev.batch_size]
         out = generate_with_tools(
-            model, tok, [prompts[i] for i in idx], sandbox, style, max_new_tokens=ev.max_new_tokens,
-            top_k_trigger=ev.top_k_trigger, max_calls=ev.max_calls, disabled=not row.tools,
+            model, tok, [prompts[i] for i in idx], sandbox, style,
+            max_new_tokens=tc.max_new_tokens or ev.max_new_tokens, top_k_trigger=ev.top_k_trigger,
+            max_calls=row.max_calls or ev.max_calls, disabled=not row.tools,
             dates=[items[i].date for i in idx], tools=set(sandbox.tools) if sandbox else None,
             batch_size=ev.batch_size, window=model_window(model, cfg.model), constrained=ev.constrained,
             max_input_chars=cfg.tools.max_input_chars,
@@ -206,7 +211,8 @@ def task_summary(tc: TaskConfig, fmt: str, data: TaskData) -> dict:
     return {"path": tc.path, "format": fmt, "kind": tc.kind, "n": len(data.items), "left_out": fc["skipped"],
             "in_file": fc["in_file"], "skip_reasons": fc["skip_reasons"],
             "golds_longer_than_window": fc.get("golds_longer_than_window"), "prompt": tc.prompt,
-            "max_words": word_window(tc, fmt) if tc.kind == "qa" else None}
+            "max_words": word_window(tc, fmt) if tc.kind == "qa" else None,
+            "max_new_tokens": tc.max_new_tokens or None}
 
 
 def _mean(values: list[float]) -> float | None:
@@ -298,6 +304,9 @@ def results_markdown(summary: dict) -> str:
     for n, p in summary["models"].items():
         setup = summary["rows"][n].get("tool_setup")
         tools = f"; tools {', '.join(setup['enabled'])} from `{setup['description'] or 'the config'}`" if setup else ""
+        calls = summary["rows"][n].get("max_calls")
+        if setup and calls != summary["decoding"]["max_calls"]:
+            tools += f"; at most {calls} call(s) per item"
         lines.append(f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`{tools}")
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
     lines += ["", "Tasks:", ""]
@@ -390,7 +399,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
             sandbox = sandboxes[key]
         cells = _row_cells(model, tok, row, tasks, sandbox, row_cfg, out_dir)
         ppl = (None, None)
-        if texts is not None and row.name != "toolformer":
+        if texts is not None and row.name != "toolformer" and not row.max_calls:  # not a decoding variant
             if row.path not in ppl_by_path:
                 ppl_by_path[row.path] = perplexity(model, tok, texts, model_window(model, cfg.model),
                                                    desc=f"perplexity {row.name}")
@@ -399,6 +408,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
         n_calls = sum(c["with_calls"] for c in cells.values())
         results[row.name] = {
             "model": row.path, "tools": row.tools, "tool_setup": setup, "tasks": cells,
+            "max_calls": (row.max_calls or cfg.evaluate.max_calls) if row.tools else 0,
             "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
             "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
             "perplexity": ppl[0], "perplexity_tokens": ppl[1],

@@ -11,7 +11,9 @@ tool names and the markers ``[ ] ( ) →`` are trained tokens too.
 The annotation corpus has the same kinds of text with 3-4-digit arithmetic and
 the facts the pre-training corpus left out, and no notes: that is where the
 pipeline inserts calls. Its records carry the gold calls (``gold_calls``) for
-the copy probe and for measuring what the filter kept.
+the copy probe and for measuring what the filter kept. Two-step documents
+(:meth:`Writer.twostep_doc`) add a problem whose worked answer needs two
+calls, the second on the first one's result (chained calls).
 """
 
 from __future__ import annotations
@@ -23,7 +25,19 @@ from collections import defaultdict
 
 from toolformer.tools.calendar import date_sentence
 from toolformer.tools.calls import get_style
-from toolformer.world.arithmetic import OP_NAMES, OPS, Item, Split, earlier, filler, make_item
+from toolformer.world.arithmetic import (
+    OP_NAMES,
+    OPS,
+    TWOSTEP_FORMS,
+    Item,
+    Split,
+    TwoStepForm,
+    TwoStepItem,
+    earlier,
+    filler,
+    make_item,
+    make_twostep,
+)
 from toolformer.world.entities import TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
@@ -130,6 +144,26 @@ class Writer:
         names = list(sp.heldout_names if new_words else sp.train_names)
         return make_item(rng, size, self.world.towns, self.world.people, sp.forms(op, self.heldout), units, names,
                          self.separators)
+
+    def twostep(self, form: TwoStepForm | None = None) -> TwoStepItem:
+        """A two-step item in ``form`` (or a random one), in training words: every two-step form is a seen form."""
+        sp = self.split
+        return make_twostep(self.rng, self.world.towns, self.world.people, form or self.rng.choice(TWOSTEP_FORMS),
+                            list(sp.train_units), list(sp.train_names), self.separators)
+
+    def twostep_doc(self) -> tuple[str, list[dict]]:
+        """A two-step problem with its worked answer (``The answer is c1 + d = c.``), maybe a filler sentence;
+        gold calls: ``a op b`` before ``c1``, then ``c1 op d`` before ``c``: the second call's input holds the
+        first call's result."""
+        item = self.twostep()
+        text, at_c1, at_c = item.problem()
+        first, second = item.calls
+        gold = [{"tool": "Calculator", "input": first, "result": item.c1, "offset": at_c1, "part": 0},
+                {"tool": "Calculator", "input": second, "result": item.c, "offset": at_c, "part": 0}]
+        parts = [text]
+        if self.rng.random() < self.filler_share:
+            parts.append(filler(self.rng, item.numbers(), self.world.towns))
+        return self._join([], parts, gold)
 
     def math_doc(self, size: str, max_items: int = 3) -> tuple[str, list[dict]]:
         """1..max_items arithmetic items; notes or earlier statements by the shares."""
@@ -332,6 +366,14 @@ def eval_math_item(w: Writer, op: str) -> dict:
             "Answer": int(answer) if answer.is_integer() else answer, "Type": OP_NAMES[op], "Form": item.form.key}
 
 
+def eval_twostep_item(w: Writer, form: TwoStepForm) -> dict:
+    """A SVAMP-style two-step word problem in ``form`` (``Equation``: both steps; ``Form``: the form's key)."""
+    item = w.twostep(form)
+    return {"Body": item.body(), "Question": item.question(),
+            "Equation": f"( ( {item.a} {form.first} {item.b} ) {form.second} {item.d} )", "Answer": int(item.c),
+            "Type": f"{OP_NAMES[form.first]}-{OP_NAMES[form.second]}", "Form": f"twostep-{form.key}"}
+
+
 def eval_qa_item(w: Writer, fact: Fact) -> dict:
     """A TriviaQA-style question about a fact stated only in the tools' data,
     in one of the question forms ``w`` may use."""
@@ -340,4 +382,4 @@ def eval_qa_item(w: Writer, fact: Fact) -> dict:
 
 
 __all__ = ["LeakGuard", "OPS", "Writer", "corpus_doc", "date_words", "eval_math_item", "eval_qa_item",
-           "pretrain_doc", "random_date"]
+           "eval_twostep_item", "pretrain_doc", "random_date"]

@@ -10,7 +10,9 @@ collection.jsonl    one article per entity: ``id``, ``title``, ``text``
 pretrain.jsonl      ``text``: the base model's pre-training corpus
 corpus.jsonl        ``id``, ``date``, ``text``, ``gold_calls``: the annotation
                     corpus (``gold_calls``: the calls that give each answer,
-                    ``tool``, ``input``, ``result``, ``char_start``)
+                    ``tool``, ``input``, ``result``, ``char_start``); the
+                    ``world.twostep_docs`` two-step problems with worked
+                    answers come after the ``corpus_docs`` others
 heldout.jsonl       ``text``: plain text for perplexity
 eval_math_seen.json SVAMP format (``Body``, ``Question``, ``Answer``, ``Form``
                     ...): word problems in training forms and words
@@ -19,6 +21,8 @@ eval_qa_seen.jsonl  TriviaQA style (``question``, ``answer``, ``aliases``):
                     questions in training forms about facts only the tools
                     know
 eval_qa_unseen.jsonl the same in held-out question forms
+eval_math_twostep.json SVAMP format: two-step word problems in training forms
+                    and words (only with ``world.eval_twostep``)
 forms.json          which forms and words are held out (by ``world.seed``)
 world.json          seed, counts, config hash: written last
 ==================  ===========================================================
@@ -26,6 +30,10 @@ world.json          seed, counts, config hash: written last
 No evaluation item appears in a training or annotation text: every document
 is checked by a :class:`~toolformer.world.corpora.LeakGuard` and rewritten
 when it would state a fact it must not.
+
+Each file draws from its own random stream, and so do the two-step documents
+and problems: turning them on leaves every other file as it was, and
+corpus.jsonl's first ``corpus_docs`` lines too.
 """
 
 from __future__ import annotations
@@ -36,9 +44,9 @@ import time
 from pathlib import Path
 
 from toolformer.config.load import config_hash
-from toolformer.config.schema import PipelineConfig
+from toolformer.config.schema import PipelineConfig, WorldConfig
 from toolformer.run.folder import atomic_write_text, dumps
-from toolformer.world.arithmetic import split_forms
+from toolformer.world.arithmetic import TWOSTEP_FORMS, Split, split_forms
 from toolformer.world.corpora import (
     OPS,
     LeakGuard,
@@ -46,16 +54,19 @@ from toolformer.world.corpora import (
     corpus_doc,
     eval_math_item,
     eval_qa_item,
+    eval_twostep_item,
     pretrain_doc,
     random_date,
 )
 from toolformer.world.entities import QUESTION_FORMS, Fact, World, build_world, split_facts, split_questions
 
 EVAL_SETS = ("math_seen", "math_unseen", "qa_seen", "qa_unseen")
+TWOSTEP_SET = "math_twostep"  # written only with world.eval_twostep
 FILE_NAMES = {"knowledge": "knowledge.jsonl", "collection": "collection.jsonl", "pretrain": "pretrain.jsonl",
               "corpus": "corpus.jsonl", "heldout": "heldout.jsonl", "eval_math_seen": "eval_math_seen.json",
               "eval_math_unseen": "eval_math_unseen.json", "eval_qa_seen": "eval_qa_seen.jsonl",
-              "eval_qa_unseen": "eval_qa_unseen.jsonl", "forms": "forms.json", "summary": "world.json"}
+              "eval_qa_unseen": "eval_qa_unseen.jsonl", f"eval_{TWOSTEP_SET}": f"eval_{TWOSTEP_SET}.json",
+              "forms": "forms.json", "summary": "world.json"}
 FILES = tuple(FILE_NAMES)
 
 
@@ -110,6 +121,20 @@ def _corpus_fact_groups(rng: random.Random, facts: list[Fact]):
             yield [f, *rng.sample(same, min(len(same), rng.randint(0, 2)))]
 
 
+def _twostep_docs(world: World, wc: WorldConfig, split: Split, questions: dict, facts: list[Fact],
+                  guard: LeakGuard) -> list[dict]:
+    """The ``twostep_docs`` annotation documents (a two-step problem and its worked answer), from their own
+    stream, numbered after the ``corpus_docs`` others."""
+    rng = random.Random(f"{wc.seed}-twostep")
+    w = Writer(world, rng, facts, split, questions, filler_share=wc.filler_share, separators=wc.separator_share)
+    rows = []
+    for i in range(wc.twostep_docs):
+        date = random_date(rng)
+        text, gold = _guarded(w.twostep_doc, guard, "two-step")
+        rows.append({"id": f"d{wc.corpus_docs + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
+    return rows
+
+
 def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     """Generate the world of ``cfg.world`` and write its files; return their paths."""
     wc = cfg.world
@@ -152,7 +177,9 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         chosen = next(groups) if kind == "facts" else []
         text, gold = _guarded(lambda k=kind, c=chosen, d=date: corpus_doc(w, k, c, d), guard, "annotation")
         rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
+    rows += _twostep_docs(world, wc, split, train_q, pre + cor, LeakGuard(held))
     counts["corpus"] = _write_jsonl(paths["corpus"], rows)
+    counts["corpus_twostep"] = wc.twostep_docs
 
     w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
                filler_share=wc.filler_share, separators=wc.separator_share)
@@ -170,6 +197,11 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         counts[f"eval_math_{name}"] = len(problems)
         asked = [held[i % len(held)] for i in range(wc.eval_qa)] if held else []
         counts[f"eval_qa_{name}"] = _write_jsonl(paths[f"eval_qa_{name}"], (eval_qa_item(w, f) for f in asked))
+    if wc.eval_twostep:
+        w = Writer(world, random.Random(f"{wc.seed}-eval-twostep"), [], split, train_q, separators=wc.separator_share)
+        problems = [eval_twostep_item(w, TWOSTEP_FORMS[i % len(TWOSTEP_FORMS)]) for i in range(wc.eval_twostep)]
+        atomic_write_text(paths[f"eval_{TWOSTEP_SET}"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
+        counts[f"eval_{TWOSTEP_SET}"] = len(problems)
 
     seconds = round(time.perf_counter() - t0, 2)
     summary = {
@@ -177,14 +209,19 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         "entities": {"towns": len(world.towns), "rivers": len(world.rivers), "ranges": len(world.ranges),
                      "seas": len(world.seas), "people": len(world.people), "events": len(world.events)},
         "facts": {"total": len(world.facts), "pretrain": len(pre), "corpus": len(cor), "eval": len(held)},
-        "files": {k: FILE_NAMES[k] for k in FILES if k != "summary"}, "counts": counts, "seconds": seconds,
+        "files": {k: FILE_NAMES[k] for k in FILES if k != "summary" and (k in counts or k == "forms")},
+        "counts": counts, "seconds": seconds,
         "heldout_forms": split.record()["heldout_forms"],
     }
     atomic_write_text(paths["summary"], json.dumps(summary, indent=2) + "\n")
     print(f"world: {len(world.facts):,} facts ({len(pre):,} pre-training / {len(cor):,} annotation / "
           f"{len(held):,} tools only); wrote {counts['pretrain']:,} pre-training, {counts['corpus']:,} annotation, "
           f"{counts['heldout']:,} held-out documents, {counts['eval_math_seen']:,} math and {counts['eval_qa_seen']:,} "
-          f"QA eval items per set (seen and unseen forms) to {world_dir(cfg)} in {seconds:.1f} s")
+          f"QA eval items per set (seen and unseen forms)"
+          + (f", {wc.twostep_docs:,} two-step annotation documents (in the {counts['corpus']:,})" if wc.twostep_docs
+             else "")
+          + (f", {wc.eval_twostep:,} two-step problems" if wc.eval_twostep else "")
+          + f" to {world_dir(cfg)} in {seconds:.1f} s")
     return paths
 
 

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 
 from toolformer.config.load import config_hash, dump_yaml
-from toolformer.config.schema import PipelineConfig
+from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
 from toolformer.lm.modeling import set_threads
 from toolformer.run.folder import atomic_write_text, read_jsonl, versions
 from toolformer.tools.calls import get_style, insert_calls
@@ -51,11 +51,13 @@ WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose 
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
 
-def tokenizer_texts(paths: dict[str, Path]) -> list[str]:
-    """What the tokenizer learns from: pre-training and annotation texts, the
-    annotation texts with their gold calls inline, the tool names."""
+def tokenizer_texts(paths: dict[str, Path], corpus_docs: int = 0) -> list[str]:
+    """What the tokenizer learns from: pre-training and annotation texts (the
+    first ``corpus_docs`` of corpus.jsonl, 0 = all: not the two-step documents
+    appended after them), the annotation texts with their gold calls inline,
+    the tool names."""
     style = get_style("plain")
-    corpus = read_jsonl(paths["corpus"], ("text",))
+    corpus = read_jsonl(paths["corpus"], ("text",))[: corpus_docs or None]
     inline = [insert_calls(d["text"], [(g["char_start"], style.render(g["tool"], g["input"], g["result"]))
                                        for g in d["gold_calls"]]) for d in corpus]
     return [*(d["text"] for d in read_jsonl(paths["pretrain"], ("text",))), *(d["text"] for d in corpus), *inline,
@@ -108,7 +110,7 @@ def pack_with_bos(tokenizer, texts: list[str], seq_len: int, packing: str = "str
     return torch.cat([bos, rows], dim=1)  # (N, T)
 
 
-def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int):
+def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int, corpus_docs: int = 0):
     """A callback for the training loop: the copy probe every ``eval_every``
     steps, to see when copying appears (suddenly, after a plateau: docs/design.md)."""
     from tqdm import tqdm
@@ -116,7 +118,8 @@ def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int):
 
     if not pc.probe_items:
         return None
-    items = {tool: probe_items(paths["corpus"], tool, min(100, pc.probe_items), seed) for tool in ("Calculator", "QA")}
+    items = {tool: probe_items(paths["corpus"], tool, min(100, pc.probe_items), seed, corpus_docs)
+             for tool in ("Calculator", "QA")}
     calls = call_items(paths, min(100, pc.probe_items), seed)
 
     def on_step(step: int, _record: dict) -> None:
@@ -142,10 +145,14 @@ def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int):
 
 
 def pretrain_key(cfg: PipelineConfig) -> str:
-    """What the base model depends on: the world, the pre-training settings, the seed."""
+    """What the base model depends on: the world (but the fields of
+    ``WORLD_FIELDS_NOT_IN_PRETRAINING``, which shape only text after or
+    apart from what pre-training, the tokenizer and the probes read), the
+    pre-training settings, the seed."""
     pc = {k: v for k, v in vars(cfg.pretrain).items() if k not in ("output_dir", "threads", "probe_items",
                                                                      "max_steps", "eval_every", "shipped")}
-    return config_hash({"world": vars(cfg.world) | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
+    world = {k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING}
+    return config_hash({"world": world | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
 
 
 def sha256_file(path: Path) -> str:
@@ -216,7 +223,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     paths = world_paths(cfg)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
-    tokenizer = train_tokenizer(tokenizer_texts(paths), vocab_size=pc.vocab_size)
+    tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size)
     check_tokenizer(tokenizer)
 
     docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
@@ -235,14 +242,16 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     if force and (out / "checkpoints").exists():
         shutil.rmtree(out / "checkpoints")
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key,
-                             on_step=_probe_during_training(model, tokenizer, paths, pc, cfg.seed))
+                             on_step=_probe_during_training(model, tokenizer, paths, pc, cfg.seed,
+                                                            cfg.world.corpus_docs))
 
     probe = {}
     if pc.probe_items:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         best = AutoModelForCausalLM.from_pretrained(out).eval()
-        probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths, pc.probe_items, seed=cfg.seed)
+        probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths, pc.probe_items, seed=cfg.seed,
+                          corpus_docs=cfg.world.corpus_docs)
         atomic_write_text(out / "probe.json", json.dumps(probe, indent=2, ensure_ascii=False) + "\n")
     wall = round(time.perf_counter() - t0, 1)
     atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n" + dump_yaml(cfg))

@@ -67,10 +67,11 @@ def _wrong_result(rng: random.Random, tool: str, result: str, others: list[str])
     return rng.choice(choices) if choices else result + "x"
 
 
-def probe_items(corpus_path: str | Path, tool: str, limit: int, seed: int = 0) -> list[dict]:
-    """Up to ``limit`` gold calls of ``tool`` from the annotation corpus, each with
-    its document text and a wrong result."""
-    rows = read_jsonl(corpus_path)
+def probe_items(corpus_path: str | Path, tool: str, limit: int, seed: int = 0, corpus_docs: int = 0) -> list[dict]:
+    """Up to ``limit`` gold calls of ``tool`` from the annotation corpus (its
+    first ``corpus_docs`` documents, 0 = all: not the two-step ones appended
+    after them), each with its document text and a wrong result."""
+    rows = read_jsonl(corpus_path)[: corpus_docs or None]
     rng = random.Random(seed)
     items = []
     for row in rows:
@@ -277,12 +278,14 @@ def run_call_probe(model, tokenizer, paths: dict, items: int, seed: int = 0, qui
     return report
 
 
-def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", seed: int = 0) -> dict:
-    """The copy probes, the call probe and the math check; prints one line each."""
+def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", seed: int = 0,
+              corpus_docs: int = 0) -> dict:
+    """The copy probes (on the first ``corpus_docs`` annotation documents, 0 = all), the call probe and the
+    math check; prints one line each."""
     model.eval()
     report = {}
     for tool in ("Calculator", "QA"):
-        r = copy_probe(model, tokenizer, probe_items(paths["corpus"], tool, items, seed), separator)
+        r = copy_probe(model, tokenizer, probe_items(paths["corpus"], tool, items, seed, corpus_docs), separator)
         report[tool] = r
         if r["items"]:
             print(f"probe {tool}: loss at the answer with the correct call {r['loss_correct']:.2f}, "
@@ -308,7 +311,8 @@ def cli_probe(cfg, model: str | None = None, as_json: bool = False) -> int:
     if not Path(path, "config.json").exists():
         raise FileNotFoundError(f"{path}: model folder does not exist (run `toolformer pretrain` first)")
     report = run_probe(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path),
-                       world_paths(cfg), cfg.pretrain.probe_items or 200, seed=cfg.seed)
+                       world_paths(cfg), cfg.pretrain.probe_items or 200, seed=cfg.seed,
+                       corpus_docs=cfg.world.corpus_docs)
     if as_json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
     return 0

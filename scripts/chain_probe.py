@@ -1,0 +1,79 @@
+"""Where a base model copies the second step of a two-step problem from a call before the text.
+
+For generated two-step problems of the demo's world (``c1 = a op b``, then ``c = c1 op d``), the copy probe
+(:func:`toolformer.world.probe.copy_probe`: the weighted loss at the answer with the correct call before the
+whole text, with none, with a wrong result) of each call at its answer, in several phrasings of the worked answer.
+``kept`` is the share of items whose call the filter would keep at tau_f 0.5.
+
+    python scripts/chain_probe.py [--model data/world-base] [--items 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+PHRASINGS = {
+    # name: (text before the answer, the answer and after, which step is probed)
+    "first step, after 'The answer is'": (lambda it, call: f"{it.prompt()} The answer is ",
+                                          lambda it: f"{it.c1} {it.form.second} {it.d} = {it.c}.", 0),
+    "second step, after '= ' (the world's worked answer)": (
+        lambda it, call: f"{it.prompt()} The answer is {it.c1} {it.form.second} {it.d} = ", lambda it: f"{it.c}.", 1),
+    "second step, after '= ', first call inline (a chain round)": (
+        lambda it, call: f"{it.prompt()} The answer is {call} {it.c1} {it.form.second} {it.d} = ",
+        lambda it: f"{it.c}.", 1),
+    "second step, after ', which is '": (
+        lambda it, call: f"{it.prompt()} The answer is {it.c1} {it.form.second} {it.d}, which is ",
+        lambda it: f"{it.c}.", 1),
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(ROOT / "data" / "world-base"))
+    ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
+    ap.add_argument("--items", type=int, default=120)
+    args = ap.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.tools.calls import get_style
+    from toolformer.world.arithmetic import split_forms
+    from toolformer.world.corpora import Writer
+    from toolformer.world.entities import build_world, split_questions
+    from toolformer.world.probe import copy_probe
+
+    torch.set_num_threads(1)
+    wc = load_config(PipelineConfig, args.config).world
+    world = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
+    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary)
+    questions = {k: tr for k, (tr, _) in split_questions(wc.seed, wc.heldout_questions).items()}
+    writer = Writer(world, random.Random(f"{wc.seed}-chain-probe"), [], split, questions)
+    items = [writer.twostep() for _ in range(args.items)]
+    style = get_style("plain")
+    model = AutoModelForCausalLM.from_pretrained(args.model).eval()
+    tok = AutoTokenizer.from_pretrained(args.model)
+    print(f"{args.items} two-step items, model {args.model}; loss at the answer: none / correct call; kept at 0.5")
+    for name, (head, tail, step) in PHRASINGS.items():
+        rows = []
+        for it in items:
+            call = style.render("Calculator", it.calls[0], it.c1)
+            before = head(it, call)
+            result = (it.c1, it.c)[step]
+            rows.append({"text": before + tail(it), "char_start": len(before), "tool": "Calculator",
+                         "input": it.calls[step], "result": result, "wrong": str(int(result) + 1)})
+        r = copy_probe(model, tok, rows)
+        print(f"{name}: {r['loss_none']:.2f} / {r['loss_correct']:.2f}; kept {100 * r['kept_tau_0.5']:.0f} % "
+              f"of {r['items']}")
+
+
+if __name__ == "__main__":
+    main()
