@@ -21,7 +21,7 @@ REDUCED = [
     "pretrain.dev_docs=20", "pretrain.probe_items=4", "filter.tau_filter=-100", "filter.per_tool_tau={}",
     "finetune.max_steps=4", "finetune.eval_every=2", "finetune.save_every=2", "finetune.batch_size=8",
     "finetune.micro_batch_size=8", "evaluate.max_new_tokens=6", "world.twostep_docs=10", "world.eval_twostep=8",
-    "demo.twostep_max_new_tokens=12",
+    "demo.twostep_max_new_tokens=12", "demo.rounds=2",
 ]
 
 
@@ -57,9 +57,14 @@ def test_results_json_has_the_rows_and_fields(demo_run):
     run_dir, returned = demo_run
     results = json.loads((run_dir / "results.json").read_text())
     assert results == json.loads(json.dumps(returned))
-    assert set(results["rows"]) == {"base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls"}
-    assert tuple(results["rows"]) == demo_rows(load_config(PipelineConfig, ROOT / "configs" / "demo.yaml"))
+    assert set(results["rows"]) == {"base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls",
+                                    "toolformer_round2", "toolformer_round2_judged_by_round1"}
+    assert tuple(results["rows"]) == demo_rows(load_config(PipelineConfig, ROOT / "configs" / "demo.yaml",
+                                                           ["demo.rounds=2"]))
     for name, row in results["rows"].items():
+        if row is None:  # a round-2 row without kept calls (test_round2_...)
+            assert name.startswith("toolformer_round2")
+            continue
         sets = {"math_seen", "math_unseen", "qa_seen", "qa_unseen", "math_twostep"}
         assert set(row) == {"arithmetic", "qa", "perplexity", "call_rate"} | sets, name
         assert row["arithmetic"] == pytest.approx((row["math_seen"] + row["math_unseen"] + row["math_twostep"]) / 3)
@@ -78,6 +83,31 @@ def test_results_json_has_the_rows_and_fields(demo_run):
     for g in gold.values():
         assert g["gold"] > 0 and 0 <= g["gold_with_right_kept"] <= g["gold_with_kept"] <= g["gold"]
         assert g["precision"] is None or g["precision"] == pytest.approx(g["kept_right"] / g["kept"])
+
+
+def test_round2_samples_with_the_round1_model_and_tunes_the_base_model(demo_run):
+    """demo.rounds 2: the round-1 model proposes without a prompt; its calls are judged by the base model and by
+    the round-1 model, each tuning the base model again; results.json reports candidates, precision and change."""
+    run_dir, results = demo_run
+    base, round1 = str(run_dir / "base-model"), str(run_dir / "model")
+    for folder, judge in (("round2", base), ("round2_judged_by_round1", round1)):
+        sample = json.loads((run_dir / folder / "sample" / "manifest.json").read_text())
+        assert sample["model"] == round1
+        assert json.loads((run_dir / folder / "filter" / "manifest.json").read_text())["model"] == judge
+        r2 = results["round2"][f"toolformer_{folder}"]
+        assert r2["candidates"] == {t: c["candidates"] for t, c in sample["counts"]["per_tool"].items()}
+        assert set(r2["candidates"]) == {"Calculator", "QA"}
+        assert set(r2["change"]) == set(results["tasks"])
+        two = results["rows"][f"toolformer_{folder}"]
+        if not sum(r2["kept_calls"].values()):  # this short-trained round-1 model may write no call worth keeping
+            assert two is None and not (run_dir / folder / "finetune").exists()
+            assert set(r2["change"].values()) == {None}
+            continue
+        tuned = json.loads((run_dir / folder / "finetune" / "manifest.json").read_text())
+        assert tuned["base_model"] == base and (run_dir / folder / "model" / "config.json").exists()
+        for task, change in r2["change"].items():
+            assert change == pytest.approx(two[task] - results["rows"]["toolformer"][task], abs=1e-4)
+    assert results["candidate_gold"]["Calculator"]["candidates"] >= results["filter_gold"]["Calculator"]["kept"]
 
 
 def test_control_data_is_the_build_data_without_calls(demo_run):

@@ -87,3 +87,46 @@ def test_sampling_writes_closed_calls_and_drops_unclosed(model_tok):
     assert run("Calculator(2+3)]") == [[(5, "2+3"), (6, "2+3")]]
     assert run("Calculator(2+3") == [[]]  # never closed within max_new_tokens: dropped
     assert run("WikiSearch(x)]") == [[]]  # a call of another tool: dropped
+
+
+def test_without_a_prompt_scores_come_from_the_text_alone(model_tok):
+    model, tok = model_tok
+    text = "The farm sold 340 eggs and 275 more, 615 in all."
+    docs = _docs(tok, [text, "Short one."])
+    free = Sampler(model, tok, PLAIN, None, [tok.bos_token_id])
+    scores = free.score_positions(docs, batch_tokens=4096)
+    from toolformer.lm.textpos import marker_token_ids
+
+    ids = [tok.bos_token_id, *docs[0][1].ids]
+    with torch.no_grad():
+        probs = torch.softmax(model(torch.tensor([ids])).logits[0].float(), dim=-1)
+    want = probs[:-1, marker_token_ids(tok, "[")].sum(-1).tolist()  # p(call-start | BOS, x_1..x_{i-1})
+    assert scores[0] == pytest.approx(want, abs=1e-5)
+    assert len(scores[1]) == len(docs[1][1].ids)
+    with pytest.raises(ValueError, match="no BOS token"):
+        Sampler(model, tok, PLAIN, None, [])
+
+
+def test_without_a_prompt_a_call_counts_for_the_tool_it_names_and_ends_at_the_arrow(model_tok):
+    _, tok = model_tok
+    from toolformer.lm.textpos import marker_token_ids
+
+    start_ids = marker_token_ids(tok, "[")
+    docs = _docs(tok, ["Sold 2 and 3, 5 in all."])
+
+    def run(script, prompt=None, tools=("Calculator", "QA"), max_new_tokens=12):
+        lm = ScriptedLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], start_ids)
+        sampler = Sampler(lm, tok, PLAIN, prompt, [tok.bos_token_id])
+        return sampler.sample_any(docs, [[(5, 2), (6, 1)]], max_new_tokens, 1.0, set(tools),
+                                  torch.Generator().manual_seed(0), 4096)
+
+    # The tuned model writes e(c, r): the input ends at the arrow, the model's own result is not taken.
+    n_head = len(tok("Calculator(2+3) →", add_special_tokens=False)["input_ids"])
+    assert run("Calculator(2+3) → 5]", max_new_tokens=n_head) == [[(5, "Calculator", "2+3"),
+                                                                   (6, "Calculator", "2+3")]]
+    assert run("QA(Who sold it?)]") == [[(5, "QA", "Who sold it?"), (6, "QA", "Who sold it?")]]
+    assert run("QA(Who sold it?)]", tools=("Calculator",)) == [[]]  # a tool not sampled: dropped
+    assert run("Calculator(2+3") == [[]]  # never closed: dropped
+    # With a few-shot prompt, a call that carries a result is not an input the prompt asked for.
+    prompt = render_prompt(REGISTRY["Calculator"], "{text}", PLAIN)
+    assert run("Calculator(2+3) → 5]", prompt=prompt) == [[]]

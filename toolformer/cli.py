@@ -133,6 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="the whole method on the generated small world (configs/demo.yaml)")
     _add_config_args(p)
+    p.add_argument("--rounds", type=int, choices=(1, 2), help="rounds of self-training (demo.rounds): 2 samples "
+                   "calls again with the round-1 model, no few-shot prompt, and tunes the base model on them")
     p = sub.add_parser("world", help="generate the small world's files (knowledge, corpora, eval sets)")
     _add_config_args(p)
     p = sub.add_parser("pretrain", help="train the small world's tokenizer and base model from scratch")
@@ -177,7 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _load(args) -> PipelineConfig:
-    return load_config(PipelineConfig, args.config, args.overrides)
+    overrides = list(args.overrides)
+    if getattr(args, "rounds", None) is not None:
+        overrides.append(f"demo.rounds={args.rounds}")
+    return load_config(PipelineConfig, args.config, overrides)
 
 
 def cmd_tool(args) -> int:

@@ -11,9 +11,22 @@ calls per item), the accuracy on each evaluation set (``math_seen``,
 its held-out forms; ``math_twostep`` with ``world.eval_twostep``), their
 means ``arithmetic`` and ``qa``, ``perplexity`` and ``call_rate``; plus
 ``wall_seconds``, ``kept_calls``, ``filter_gold`` (precision and recall of
-the kept calls against the corpus's gold calls, per tool), ``chain_rounds``
-(the chain stage's counts per round) and ``chained`` (the built documents
-where a call's input holds an earlier call's result).
+the kept calls against the corpus's gold calls, per tool), ``candidate_gold``
+(the same for every candidate, before the filter), ``chain_rounds`` (the
+chain stage's counts per round) and ``chained`` (the built documents where a
+call's input holds an earlier call's result).
+
+With ``demo.rounds`` 2 (``toolformer demo --rounds 2``), a second round of
+self-training follows round 1's fine-tune: the round-1 model samples calls on
+the same corpus with the paper's sampler and no few-shot prompt
+(``sample.prompt: none``), they are executed and filtered (judged by the base
+model and/or by the round-1 model: ``demo.round2_filters``), built, and the
+base model is fine-tuned on them, in ``RUN_DIR/round2`` and
+``RUN_DIR/round2_judged_by_round1``. Each is a row of the table
+(``toolformer_round2``, ``toolformer_round2_judged_by_round1``), and
+``results.json``'s ``round2`` gives, per judge, the candidates, their and the
+kept calls' precision against gold, and the change on every evaluation set
+against the ``toolformer`` row.
 """
 
 from __future__ import annotations
@@ -25,7 +38,7 @@ import time
 from pathlib import Path
 
 from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
-from toolformer.inspect.view import gold_summary, match_gold
+from toolformer.inspect.view import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
 from toolformer.run.folder import Stage, atomic_write_text
 
@@ -38,7 +51,27 @@ def chained_row(cfg: PipelineConfig) -> str | None:
 
 
 def demo_rows(cfg: PipelineConfig) -> tuple[str, ...]:
-    return ROWS + ((chained_row(cfg),) if cfg.demo.max_calls_row else ())
+    return ROWS + ((chained_row(cfg),) if cfg.demo.max_calls_row else ()) + tuple(round2_configs(cfg))
+
+
+def round2_configs(cfg: PipelineConfig) -> dict[str, PipelineConfig]:
+    """Round 2 of self-training (demo.rounds 2), per judge in demo.round2_filters: its row name and the
+    config of its run folder (RUN_DIR/round2...). ``cfg`` is the round-1 (world) config."""
+    if cfg.demo.rounds < 2:
+        return {}
+    round1 = str(Path(cfg.run_dir) / "model")
+    out = {}
+    for judge in cfg.demo.round2_filters:
+        folder = "round2" if judge == "base" else "round2_judged_by_round1"
+        rcfg = copy.deepcopy(cfg)
+        rcfg.run_dir = str(Path(cfg.run_dir) / folder)
+        rcfg.sample.model, rcfg.sample.prompt = round1, "none"
+        rcfg.sample.method = {t: "sampler" for t in cfg.tools.enabled}
+        rcfg.filter.model = "" if judge == "base" else round1
+        rcfg.finetune.output_dir = str(Path(rcfg.run_dir) / "model")
+        rcfg.evaluate.extra_models = []
+        out[f"toolformer_{folder}"] = rcfg
+    return out
 
 
 def world_config(cfg: PipelineConfig) -> PipelineConfig:
@@ -65,6 +98,14 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
                                                  format="svamp", kind="math", prompt=cfg.demo.math_prompt,
                                                  max_new_tokens=cfg.demo.twostep_max_new_tokens))
     return cfg
+
+
+def kept_in(run_dir: str | Path) -> int:
+    """Calls the filter and chain stages of a run folder kept."""
+    filt = Stage(run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+    chain = Stage(run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
+    return sum(c["kept"] for c in filt["counts"]["per_tool"].values()) + sum(
+        c["kept"] for r in chain["counts"]["rounds"].values() for c in r["per_tool"].values())
 
 
 def control_dataset(cfg: PipelineConfig) -> Path:
@@ -99,8 +140,23 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
     filt = Stage(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
     kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
     chain = Stage(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
+    tasks = [t.name for t in cfg.evaluate.tasks]
+    round2 = {}
+    for name, rcfg in round2_configs(cfg).items():
+        sample = Stage(rcfg.run_dir, "sample").manifest() or {"counts": {"per_tool": {}}}
+        rfilt = Stage(rcfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+        one, two = rows.get("toolformer"), rows.get(name)
+        round2[name] = {
+            "run_dir": rcfg.run_dir, "judged_by": "the round-1 model" if rcfg.filter.model else "the base model",
+            "candidates": {t: c["candidates"] for t, c in sample["counts"]["per_tool"].items()},
+            "candidate_gold": candidate_gold(rcfg.run_dir),
+            "kept_calls": {t: c["kept"] for t, c in rfilt["counts"]["per_tool"].items()},
+            "filter_gold": gold_summary(rcfg.run_dir),
+            "change": {t: None if not one or not two or one.get(t) is None or two.get(t) is None
+                       else round(two[t] - one[t], 4) for t in tasks}}
     return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "filter_gold": gold_summary(cfg.run_dir),
-            "chain_rounds": chain["counts"]["rounds"], "chained": chained_documents(cfg.run_dir), "seed": cfg.seed,
+            "candidate_gold": candidate_gold(cfg.run_dir), "chain_rounds": chain["counts"]["rounds"],
+            "chained": chained_documents(cfg.run_dir), "round2": round2, "seed": cfg.seed,
             "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
 
 
@@ -137,6 +193,14 @@ def chained_documents(run_dir: str | Path) -> dict:
     return {"documents": len(found), "calls": len(calls), "calls_right": right,
             "precision": right / len(calls) if calls else None, "gold_documents": len(gold),
             "gold_documents_chained": sum(d in found for d in gold)}
+
+
+def _gold_part(gold: dict | None, tool: str) -> str:
+    """`` (precision P % against gold)`` for one tool of candidate_gold/gold_summary, or nothing."""
+    g = (gold or {}).get(tool)
+    if not g or g.get("precision") is None:
+        return ""
+    return f" ({100 * g['precision']:.1f} % right against gold)"
 
 
 def table(results: dict) -> str:
@@ -188,6 +252,20 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     ccfg.finetune.output_dir = str(Path(ccfg.run_dir) / "model")
     timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
 
+    # Round 2 of self-training: the round-1 model proposes, the base model is tuned again (demo.rounds 2).
+    for name, rcfg in round2_configs(wcfg).items():
+        save_resolved_config(rcfg)
+        for stage in ("sample", "execute", "filter", "chain"):
+            timed(f"{name} {stage}", lambda s=stage, c=rcfg: run_stage(s, c, force=force))
+        if not kept_in(rcfg.run_dir):
+            print(f"{name}: the filter kept no call in round 2, so there is nothing to tune on; the row is not run")
+            continue
+        for stage in ("build", "finetune"):
+            timed(f"{name} {stage}", lambda s=stage, c=rcfg: run_stage(s, c, force=force))
+        wcfg.evaluate.extra_models.append(ExtraModel(name=name, path=rcfg.finetune.output_dir, tools=True))
+    if wcfg.demo.rounds > 1:
+        save_resolved_config(wcfg)  # its evaluate rows now hold the round-2 models
+
     timed("evaluate", lambda: run_stage("evaluate", wcfg, force=force))
     timed("inspect", lambda: run_stage("inspect", wcfg, force=force))
     walls["total"] = round(time.perf_counter() - t_all, 1)
@@ -202,6 +280,13 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
         precision = "–" if g["precision"] is None else f"{100 * g['precision']:.1f} %"
         print(f"kept {tool} calls against the corpus's gold calls: precision {precision} ({g['kept_right']:,} of "
               f"{g['kept']:,} right), recall {100 * g['recall']:.1f} % ({g['gold_with_kept']:,} of {g['gold']:,})")
+    for name, r2 in results["round2"].items():
+        print(f"{name}: calls sampled by the round-1 model without a prompt, judged by {r2['judged_by']}: "
+              + ", ".join(f"{t} {n:,} candidates" + _gold_part(r2["candidate_gold"], t)
+                          + f", {r2['kept_calls'].get(t, 0):,} kept" + _gold_part(r2["filter_gold"], t)
+                          for t, n in r2["candidates"].items())
+              + "; against toolformer: " + ", ".join(f"{t} {'–' if d is None else f'{100 * d:+.1f}'}"
+                                                     for t, d in r2["change"].items()))
     ch = results["chained"]
     if ch["documents"] or ch["gold_documents"]:
         precision = "–" if ch["precision"] is None else f"{100 * ch['precision']:.1f} %"

@@ -232,6 +232,20 @@ class SampleConfig:
     """Token budget of one forward batch."""
     max_rule_candidates: int = 24
     """Rule proposers: at most this many candidates per position."""
+    prompt: str = "few-shot"
+    """The sampler's P(x): `few-shot` (each tool's few-shot prompt, the paper's) or `none` (the text alone: a model
+    that already writes calls, e.g. a tuned one, gives p(call-start) at every position; a sampled call counts for
+    the tool it names, at that tool's own top-k positions, and the model's own result after the arrow is dropped)."""
+    model: str = ""
+    """Model the sampler scores positions and samples calls with; empty = model.path (the base model). A second
+    round of self-training samples with the round-1 model: sample.model=RUN_DIR/model sample.prompt=none."""
+
+    def validate(self) -> None:
+        if self.prompt not in SAMPLE_PROMPTS:
+            raise ValueError(f"prompt: {self.prompt!r} is not one of {', '.join(SAMPLE_PROMPTS)}")
+
+
+SAMPLE_PROMPTS = ("few-shot", "none")
 
 
 @dataclass
@@ -257,6 +271,9 @@ class FilterConfig:
     share: bool = True
     """One row per prefix and document: L(ε) of all positions of a document, and a call proposed at several
     positions, from one forward (same losses, tested; 23 % fewer tokens on the demo's candidates)."""
+    model: str = ""
+    """Model whose losses judge the calls; empty = model.path (the base model, as in the paper). A second round of
+    self-training may judge with the round-1 model instead: filter.model=RUN_DIR/model."""
     share_prefixes: bool = False
     """Also run the prefix common to e(c, ε) and e(c, r) (BOS + call up to the arrow) once and continue both rows
     from its key/value cache (same losses, tested): 11 % fewer tokens on the demo, but no faster on 2 CPU cores."""
@@ -667,10 +684,22 @@ class DemoConfig:
     evaluate.max_calls."""
     twostep_max_new_tokens: int = 56
     """Tokens generated per item of math_twostep (world.eval_twostep): two calls and a worked answer take about 45."""
+    rounds: int = 1
+    """Rounds of self-training (`toolformer demo --rounds 2`). Round 2 samples calls with the round-1 model (the
+    paper's sampler, sample.prompt none: p(call-start) from the text alone, the paper's tau_s, k and m), executes
+    them, filters them, and fine-tunes the base model on them, in RUN_DIR/round2 (one folder per judge)."""
+    round2_filters: list[str] = field(default_factory=lambda: ["base", "round1"])
+    """Models whose losses judge round 2's calls, one tuned model and one table row each: `base` (the paper's
+    filter; row toolformer_round2) and/or `round1` (the round-1 model; row toolformer_round2_judged_by_round1)."""
 
     def validate(self) -> None:
         if self.max_calls_row < 0 or self.twostep_max_new_tokens < 1:
             raise ValueError("max_calls_row must be 0 or more and twostep_max_new_tokens at least 1")
+        if self.rounds not in (1, 2):
+            raise ValueError(f"rounds: {self.rounds} is not 1 or 2")
+        bad = [f for f in self.round2_filters if f not in ("base", "round1")]
+        if bad or not self.round2_filters or len(set(self.round2_filters)) < len(self.round2_filters):
+            raise ValueError(f"round2_filters: {self.round2_filters} must list base and/or round1, each once")
 
 
 @dataclass

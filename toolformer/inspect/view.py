@@ -438,6 +438,23 @@ def gold_summary(run_dir: str | Path) -> dict | None:
     return None if matched is None else matched["per_tool"]
 
 
+def candidate_gold(run_dir: str | Path) -> dict | None:
+    """Per tool, every candidate the run's filter judged (kept or not) against the gold calls, by the rule of
+    :func:`match_gold`: ``{tool: {"candidates", "right", "precision", "gold", "gold_with_candidate", "recall"}}``
+    (a candidate whose call failed has no result and is not right). How good the proposals were before the
+    filter; None as for :func:`gold_summary`."""
+    run_dir = Path(run_dir)
+    filt = read_stage(run_dir, "filter")
+    if filt.state == "missing":
+        return None
+    matched = match_gold([{**r, "kept": True} for r in filt.records], read_documents(run_dir))
+    if matched is None:
+        return None
+    return {t: {"candidates": c["kept"], "right": c["kept_right"], "precision": c["precision"], "gold": c["gold"],
+                "gold_with_candidate": c["gold_with_kept"], "recall": c["recall"]}
+            for t, c in matched["per_tool"].items()}
+
+
 # -- one inspection: what the filters let through, ready to show -------------------------
 @dataclass
 class Inspection:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -102,6 +103,14 @@ def load(model_cfg, calls_cfg=None):
     tok = load_tokenizer(model_cfg.tokenizer or model_cfg.path, style)
     model = load_model(model_cfg.path, device, dtype, tok)
     return model, tok
+
+
+def with_weights(model_cfg, path: str):
+    """``model_cfg`` with the weights of ``path`` (empty: unchanged) and the tokenizer kept: a stage run with
+    another model (sample.model, filter.model) counts positions in the same tokens as the rest of the run."""
+    if not path:
+        return model_cfg
+    return dataclasses.replace(model_cfg, path=path, tokenizer=model_cfg.tokenizer or model_cfg.path)
 
 
 def model_window(model, model_cfg=None) -> int:

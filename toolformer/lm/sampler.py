@@ -8,6 +8,11 @@ prompt's text before and after ``{text}``):
 * call sampling: from [P(x), x_1..x_{i−1}, call-start] sample up to m
   continuations that stop at the call-end marker.
 
+Without a prompt (``sample.prompt: none``, a model that already writes calls, e.g.
+after a first round of fine-tuning) P(x) = x: p_i comes from [BOS, x] alone, one
+sampler serves every tool, a sampled call counts for the tool it names, and
+sampling also stops at the result marker (the input is complete there).
+
 The preamble is identical for every document, so its key/value cache is computed
 once per tool and expanded across each batch. Rows are left-padded (positions
 given explicitly) so the logits needed are always the last ones.
@@ -95,23 +100,35 @@ def batches_by_budget(lengths: list[int], budget: int, rows: list[int] | None = 
 
 
 class Sampler:
-    """Position scoring and call sampling for one tool."""
+    """Position scoring and call sampling for one tool (a few-shot prompt), or for every tool at once
+    (``prompt=None``: the text alone, for a model that writes calls by itself)."""
 
-    def __init__(self, model, tokenizer, style: CallStyle, prompt: str, bos: list[int], reuse_cache: bool = True):
+    def __init__(self, model, tokenizer, style: CallStyle, prompt: str | None, bos: list[int],
+                 reuse_cache: bool = True):
         self.model, self.tok, self.style = model, tokenizer, style
         self.device = next(model.parameters()).device
-        self.parts = prompt_parts(tokenizer, prompt, bos)
-        self.prefix = PrefixCache(model, self.parts.preamble_ids) if reuse_cache else None
+        self.free = prompt is None
+        if self.free and not bos:
+            raise ValueError("sample.prompt=none: the tokenizer has no BOS token, so nothing comes before the first "
+                             "position of a document to score it from")
+        self.parts = PromptParts(list(bos), "") if self.free else prompt_parts(tokenizer, prompt, bos)
+        # without a prompt each row is [BOS] + x: p_1 needs the logits at BOS, so BOS is not cached apart
+        self.prefix = PrefixCache(model, self.parts.preamble_ids) if reuse_cache and not self.free else None
         self.start_ids = marker_token_ids(tokenizer, style.start)
         self.end_ids = set(i for i in range(len(tokenizer)) if style.end in tokenizer.decode([i]))
+        # Without a prompt the model is one that writes e(c, r) itself: its call input ends at the arrow (the
+        # result it would guess is not wanted), so the arrow stops sampling too.
+        self.stop_ids = self.end_ids | (set(i for i in range(len(tokenizer))
+                                            if any(a in tokenizer.decode([i]) for a in style.arrows))
+                                        if self.free else set())
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
     def _rows(self, docs: list[tuple[str, TokenizedText]]) -> list[tuple[list[int], int]]:
         """(row ids after the preamble, index where x_1 starts) for each document."""
         rows = []
         for text, tt in docs:
-            copy_ids = self.tok(text + self.parts.tail, add_special_tokens=False)["input_ids"]
             preamble = [] if self.prefix else self.parts.preamble_ids
+            copy_ids = [] if self.free else self.tok(text + self.parts.tail, add_special_tokens=False)["input_ids"]
             rows.append((preamble + copy_ids + tt.ids, len(preamble) + len(copy_ids)))
         return rows
 
@@ -136,28 +153,39 @@ class Sampler:
     def sample_calls(self, docs: list[tuple[str, TokenizedText]], positions: list[list[int]], num_calls: int,
                      max_new_tokens: int, temperature: float, tool: str, generator: torch.Generator,
                      batch_tokens: int) -> list[list[tuple[int, str]]]:
-        """Up to ``num_calls`` distinct closed call inputs per kept position:
+        """Up to ``num_calls`` distinct closed call inputs of ``tool`` per kept position:
         returns, per document, (position, input) pairs."""
+        found = self.sample_any(docs, [[(i, num_calls) for i in ps] for ps in positions], max_new_tokens,
+                                temperature, {tool}, generator, batch_tokens)
+        return [[(i, tool_input) for i, _, tool_input in calls] for calls in found]
+
+    @torch.no_grad()
+    def sample_any(self, docs: list[tuple[str, TokenizedText]], positions: list[list[tuple[int, int]]],
+                   max_new_tokens: int, temperature: float, tools: set[str], generator: torch.Generator,
+                   batch_tokens: int) -> list[list[tuple[int, str, str]]]:
+        """For each (position, m) of each document, m samples from the call-start token on; returns, per
+        document, the distinct closed calls of a tool in ``tools`` as (position, tool, input)."""
         rows = self._rows(docs)
         jobs = []  # (doc index, position, row ids ending in the call-start token)
         for k, pos_list in enumerate(positions):
             row, x0 = rows[k]
-            for i in pos_list:
-                jobs += [(k, i, row[: x0 + i] + [self._start_token(docs[k][1].ids[i])])] * num_calls
-        results: list[list[tuple[int, str]]] = [[] for _ in docs]
-        seen: set[tuple[int, int, str]] = set()
+            for i, m in pos_list:
+                jobs += [(k, i, row[: x0 + i] + [self._start_token(docs[k][1].ids[i])])] * m
+        results: list[list[tuple[int, str, str]]] = [[] for _ in docs]
+        seen: set[tuple[int, int, str, str]] = set()
         lengths = [len(j[2]) + max_new_tokens for j in jobs]
         for group in batches_by_budget(lengths, batch_tokens):
             texts = self._sample_group([jobs[g][2] for g in group], max_new_tokens, temperature, generator)
             for g, text in zip(group, texts):
                 k, i, _ = jobs[g]
-                calls = parse_calls(self.style.start + text, self.style, {tool})
-                if not calls or not calls[0].closed or calls[0].start != 0 or calls[0].call.result is not None:
-                    continue  # never closed, or not a call of this tool
-                key = (k, i, calls[0].call.input)
+                calls = parse_calls(self.style.start + text, self.style, tools)
+                if not calls or not calls[0].closed or calls[0].start != 0 \
+                        or (calls[0].call.result is not None and not self.free):
+                    continue  # never closed, not a call of these tools, or (with a prompt) a call with a result
+                key = (k, i, calls[0].call.tool, calls[0].call.input)
                 if key not in seen:
                     seen.add(key)
-                    results[k].append((i, calls[0].call.input))
+                    results[k].append((i, calls[0].call.tool, calls[0].call.input))
         return results
 
     def _start_token(self, next_token: int) -> int:
@@ -187,7 +215,7 @@ class Sampler:
         logits = out.logits[:, -1]
         generated = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long)
         done = torch.zeros(B, dtype=torch.bool)
-        end_ids = torch.tensor(sorted(self.end_ids), dtype=torch.long)
+        end_ids = torch.tensor(sorted(self.stop_ids), dtype=torch.long)
         one = torch.ones((B, 1), dtype=torch.long, device=self.device)
         for t in range(max_new_tokens):
             probs = torch.softmax(logits.float() / max(temperature, 1e-5), dim=-1).cpu()
@@ -203,7 +231,12 @@ class Sampler:
         texts = []
         for b in range(B):
             toks = generated[b].tolist()
-            cut = next((j + 1 for j, x in enumerate(toks) if x in self.end_ids), len(toks))
-            closed = any(x in self.end_ids for x in toks[:cut])
-            texts.append(self.tok.decode(toks[:cut]) if closed else "")  # unclosed samples are dropped
+            cut = next((j + 1 for j, x in enumerate(toks) if x in self.stop_ids), len(toks))
+            if not any(x in self.stop_ids for x in toks[:cut]):
+                texts.append("")  # unclosed samples are dropped
+                continue
+            text = self.tok.decode(toks[:cut])
+            if toks[cut - 1] not in self.end_ids:  # stopped at the arrow: the input is complete, close the call
+                text = text[: max(text.rfind(a) for a in self.style.arrows)].rstrip() + self.style.end
+            texts.append(text)
         return texts

@@ -92,6 +92,12 @@ def path_fingerprint(path: str) -> list | str:
     return path
 
 
+def model_inputs(cfg: PipelineConfig, *sections: str) -> dict[str, str]:
+    """The other models a stage reads (sample.model, filter.model when set), for :func:`start`: a stage reruns
+    when one of them was rewritten (a second round after round 1 was tuned again)."""
+    return {f"{s}.model": getattr(cfg, s).model for s in sections if getattr(cfg, s).model}
+
+
 def seed_everything(seed: int) -> None:
     import numpy as np
     import torch

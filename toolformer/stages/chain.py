@@ -33,11 +33,11 @@ from tqdm.auto import tqdm
 
 from toolformer.config.load import config_hash
 from toolformer.config.schema import PipelineConfig
-from toolformer.lm.modeling import DTYPES, load, set_threads
+from toolformer.lm.modeling import DTYPES, load, set_threads, with_weights
 from toolformer.records import ExecuteRecord
 from toolformer.run.folder import Stage, chunked, fmt_pct, read_documents, run_sharded
 from toolformer.run.parallel import Ranks
-from toolformer.stages import StageResult, start
+from toolformer.stages import StageResult, model_inputs, start
 from toolformer.stages.build import best_per_position, check_positions, read_kept, round_name
 from toolformer.stages.filter import CandidateScorer
 from toolformer.stages.sample import annotate_group, check_tools, make_samplers, tool_settings
@@ -130,12 +130,12 @@ def run_round(cfg: PipelineConfig, r: int, h: str, force: bool, kept: list[dict]
         c["scored"] += int(rec["loss_plus"] is not None)
         c["kept"] += int(rec["kept"])
     counts = {"documents": len(order), "per_tool": per_tool}
-    stage.finish(h, cfg.seed, counts, model=cfg.model.path)
+    stage.finish(h, cfg.seed, counts, model=cfg.filter.model or cfg.model.path)
     return counts
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
-    run = start(cfg, "chain", force)
+    run = start(cfg, "chain", force, inputs=model_inputs(cfg, "sample", "filter"))
     if run.skipped:
         return run.result()
     rounds: dict[str, dict] = {}
@@ -147,10 +147,15 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
         built = build_tools(cfg.tools, tools)
         close_tools(built)
         settings = {t: tool_settings(cfg, t, built[t]) for t in tools}
-        model, tok = load(cfg.model, cfg.calls)
-        samplers = make_samplers(cfg, settings, built, model, tok)
+        model, tok = load(with_weights(cfg.model, cfg.filter.model), cfg.calls)
+        sampling = any(s[3] != "rules" for s in settings.values())
+        if sampling and (cfg.sample.model != cfg.filter.model or cfg.filter.dtype != "auto"):
+            sampler_model = load(with_weights(cfg.model, cfg.sample.model), cfg.calls)[0]
+        else:
+            sampler_model = model
+        samplers = make_samplers(cfg, settings, built, sampler_model, tok)
         if cfg.filter.dtype != "auto":  # the filter's dtype, as in the filter stage; the sampler keeps model.dtype
-            model = (load(cfg.model, cfg.calls)[0] if samplers else model).to(DTYPES[cfg.filter.dtype])
+            model = model.to(DTYPES[cfg.filter.dtype])
         docs = {str(k): d for k, d in read_documents(cfg.run_dir).items()}
         kept = read_kept(filt.dir)
         sandbox = build_sandbox(cfg, cache=cfg.execute.cache)

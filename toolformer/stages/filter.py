@@ -8,7 +8,8 @@ whole text (a prefix, not inline):
     kept  ⇔  L⁻ − L⁺ ≥ tau_f
 
 Sequence = [BOS] + tokens(z + prefix_separator) + tokens(text); the text is
-tokenized once so every variant scores the same target tokens.
+tokenized once so every variant scores the same target tokens. The losses come
+from ``model.path`` (the paper's M), or from ``filter.model`` when set.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ import os
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.losses import is_kept, loss_minus
-from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads
+from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.records import FilterRecord
 from toolformer.run.folder import DocumentStore, Stage, fmt_pct
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, per_upstream_shard, start
+from toolformer.stages import StageResult, model_inputs, per_upstream_shard, start
 from toolformer.tools.calls import get_style
 
 
@@ -96,11 +97,11 @@ class CandidateScorer:
 def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     upstream = Stage(cfg.run_dir, "execute")
     upstream.require(" (toolformer execute)")
-    run = start(cfg, "filter", force)
+    run = start(cfg, "filter", force, inputs=model_inputs(cfg, "filter"))
     if run.skipped:
         return run.result()
     set_threads(cfg.model.threads)
-    model, tok = load(cfg.model, cfg.calls)
+    model, tok = load(with_weights(cfg.model, cfg.filter.model), cfg.calls)
     if cfg.filter.dtype != "auto":
         model = model.to(DTYPES[cfg.filter.dtype])
     docs = DocumentStore(cfg.run_dir)
@@ -122,7 +123,7 @@ def finish(cfg: PipelineConfig, run) -> None:
         c["scored"] += int(r["loss_plus"] is not None)
         c["kept"] += int(r["kept"])
     counts = {"per_tool": dict(per_tool)}
-    run.stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path,
+    run.stage.finish(run.hash, cfg.seed, counts, model=cfg.filter.model or cfg.model.path,
                      tau_filter={t: tau_for(cfg, t) for t in per_tool}, processes=ranks().world)
     total = sum(c["candidates"] for c in per_tool.values())
     kept = sum(c["kept"] for c in per_tool.values())

@@ -7,7 +7,9 @@ scored documents once (``documents.jsonl`` and its index) and candidate
 records (:class:`toolformer.records.SampleRecord`). An MCP server's tool
 (``tools.mcp_servers``) borrows a built-in rule proposer and its pre-filter,
 or is sampled with the few-shot prompt its config gives; its server is started
-once, to check the tool, and stopped before sampling.
+once, to check the tool, and stopped before sampling. ``sample.model`` samples
+with other weights than ``model.path`` (a second round of self-training: the
+round-1 model, with ``sample.prompt: none``, no few-shot prompt).
 
 The corpus is read as a stream, ``shard_size`` documents per shard; under
 ``accelerate launch`` each process takes every N-th group
@@ -26,7 +28,7 @@ from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.corpus import iter_corpus, split_windows
-from toolformer.lm.modeling import bos_ids, load, model_window, set_threads
+from toolformer.lm.modeling import bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.textpos import tokenize_text
 from toolformer.records import SampleRecord
 from toolformer.run.folder import (
@@ -40,7 +42,7 @@ from toolformer.run.folder import (
     write_documents,
 )
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, start
+from toolformer.stages import StageResult, model_inputs, start
 from toolformer.stages.proposers import RULE_TOOLS, passes_prefilter, propose
 from toolformer.tools import REGISTRY, Tool, build_tools, close_tools, known_tools, render_prompt
 from toolformer.tools.base import side_effects_allowed
@@ -64,7 +66,7 @@ def tool_settings(cfg: PipelineConfig, tool: str, built: Tool | None = None) -> 
     if method != "sampler" and rules not in RULE_TOOLS:
         raise ValueError(f"sample.method.{tool}: no rule-based proposer for {rules} (have: {', '.join(RULE_TOOLS)}; "
                          "an MCP tool borrows one with tools.mcp_servers[i].proposers)")
-    if method != "rules" and built is not None and not built.prompt:
+    if method != "rules" and built is not None and not built.prompt and cfg.sample.prompt != "none":
         raise ValueError(f"sample.method.{tool}: the paper's sampler needs a few-shot prompt, and {tool} has none "
                          "(an MCP tool's: tools.mcp_servers[i].prompts)")
     return tau, k, m, method, rules
@@ -91,11 +93,13 @@ def _seed(cfg: PipelineConfig, *parts) -> int:
 
 def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: bool, prompts: list[str]) -> int:
     """Longest document piece: room for the longest prompt preamble, a copy of the text
-    and a sampled call when the sampler runs; room for a call prefix otherwise."""
+    and a sampled call when the sampler runs with few-shot prompts; room for a call otherwise."""
     if cfg.corpus.window_tokens:
         return cfg.corpus.window_tokens
     if not uses_sampler:
         return max(16, window - 32)  # room for a call as the filter's prefix
+    if cfg.sample.prompt == "none":  # [BOS] + the text + a sampled call
+        return max(16, window - cfg.sample.max_new_tokens - 8)
     prompt = max(len(tokenizer(p, add_special_tokens=False)["input_ids"]) for p in prompts)
     room = (window - prompt - cfg.sample.max_new_tokens - 8) // 2
     if room < 16:
@@ -104,7 +108,7 @@ def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: boo
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
-    run = start(cfg, "sample", force)
+    run = start(cfg, "sample", force, inputs=model_inputs(cfg, "sample"))
     if run.skipped:
         return run.result()
     set_threads(cfg.model.threads)
@@ -113,7 +117,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     close_tools(built)  # sampling calls no tool
     settings = {t: tool_settings(cfg, t, built[t]) for t in tools}
     uses_sampler = any(s[3] in ("sampler", "both") for s in settings.values())
-    model, tok = load(cfg.model, cfg.calls)
+    model, tok = load(with_weights(cfg.model, cfg.sample.model), cfg.calls)
     max_tokens = window_tokens(cfg, tok, model_window(model, cfg.model), uses_sampler,
                                [built[t].prompt for t in tools])
     samplers = make_samplers(cfg, settings, built, model, tok) if uses_sampler else {}
@@ -160,24 +164,26 @@ def finish(cfg: PipelineConfig, run, tools: list[str], n_documents: int, rejecte
                 per_tool[t][k] += v
     stage.write_rejected(rejected)
     counts = {"documents": n_documents, "windows": windows, "rejected": len(rejected), "per_tool": per_tool}
-    stage.finish(run.hash, cfg.seed, counts, model=cfg.model.path, processes=ranks().world)
+    stage.finish(run.hash, cfg.seed, counts, model=cfg.sample.model or cfg.model.path, processes=ranks().world)
     total = sum(v["candidates"] for v in per_tool.values())
     parts = ", ".join(f"{t} {v['candidates']:,} at {v['positions']:,} positions" for t, v in per_tool.items())
     print(f"sample: {total:,} candidates in {windows:,} documents ({parts}); "
           f"{len(rejected):,} records rejected ({fmt_pct(len(rejected), len(rejected) + n_documents)})")
 
 
+ANY_TOOL = ""  # make_samplers' key of the one sampler without a prompt (sample.prompt: none)
+
+
 def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], tools: dict[str, Tool], model, tok) -> dict:
-    """A :class:`~toolformer.lm.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples."""
+    """A :class:`~toolformer.lm.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples; with
+    sample.prompt none, one sampler without a prompt for them all, under the key ``ANY_TOOL``."""
     from toolformer.lm.sampler import Sampler
 
     style = get_style(cfg.calls.style)
-    samplers = {}
-    for t, (_, _, _, method, _) in settings.items():
-        if method in ("sampler", "both"):
-            prompt = render_prompt(tools[t], "{text}", style)
-            samplers[t] = Sampler(model, tok, style, prompt, bos_ids(tok))
-    return samplers
+    sampling = [t for t, (_, _, _, method, _) in settings.items() if method in ("sampler", "both")]
+    if cfg.sample.prompt == "none":
+        return {ANY_TOOL: Sampler(model, tok, style, None, bos_ids(tok))} if sampling else {}
+    return {t: Sampler(model, tok, style, render_prompt(tools[t], "{text}", style), bos_ids(tok)) for t in sampling}
 
 
 def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], samplers: dict,
@@ -188,6 +194,7 @@ def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], sampler
     tokenized = [tokenize_text(tok, d["text"]) for d in group]
     per_doc: dict[int, list[dict]] = defaultdict(list)
     counts = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in settings}
+    free: dict[str, tuple[tuple[float, int, int], list[int]]] = {}  # tool -> (tau, k, m), its documents
     for tool, (tau, k, m, method, rules) in settings.items():
         keep = [j for j, d in enumerate(group)
                 if not cfg.sample.prefilter or passes_prefilter(rules, d, tokenized[j])]
@@ -197,7 +204,12 @@ def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], sampler
                 for p in propose(rules, group[j]["text"], tokenized[j], cfg.sample.max_rule_candidates):
                     per_doc[j].append(_record(group[j], tool, p.input, p.position, tokenized[j], None, "rules"))
         if method in ("sampler", "both") and keep:
-            _sample_calls(cfg, samplers[tool], tool, (tau, k, m), group, tokenized, keep, per_doc)
+            if ANY_TOOL in samplers:
+                free[tool] = ((tau, k, m), keep)
+            else:
+                _sample_calls(cfg, samplers[tool], tool, (tau, k, m), group, tokenized, keep, per_doc)
+    if free:
+        _sample_any(cfg, samplers[ANY_TOOL], free, group, tokenized, per_doc)
     records = []
     for j in range(len(group)):
         seen = set()
@@ -220,14 +232,44 @@ def _sample_calls(cfg: PipelineConfig, sampler, tool: str, tau_k_m: tuple[float,
     tau, k, m = tau_k_m
     sub = [(group[j]["text"], tokenized[j]) for j in keep]
     scores = sampler.score_positions(sub, cfg.sample.batch_tokens)
-    positions = [sorted(sorted((i for i, p in enumerate(ps) if p > tau), key=lambda i: -ps[i])[:k])
-                 for ps in scores]
+    positions = [top_positions(ps, tau, k) for ps in scores]
     gen = torch.Generator().manual_seed(_seed(cfg, tool, group[0]["doc_id"]))
     sampled = sampler.sample_calls(sub, positions, m, cfg.sample.max_new_tokens, cfg.sample.temperature, tool, gen,
                                    cfg.sample.batch_tokens)
     for j, calls, ps in zip(keep, sampled, scores):
         for i, tool_input in calls:
             per_doc[j].append(_record(group[j], tool, tool_input, i, tokenized[j], ps[i], "sampler"))
+
+
+def top_positions(scores: list[float], tau: float, k: int) -> list[int]:
+    """The paper's kept positions: p_i > tau_s, the k highest, in text order."""
+    return sorted(sorted((i for i, p in enumerate(scores) if p > tau), key=lambda i: -scores[i])[:k])
+
+
+def _sample_any(cfg: PipelineConfig, sampler, tools: dict[str, tuple[tuple[float, int, int], list[int]]],
+                group: list[dict], tokenized: list, per_doc: dict[int, list[dict]]) -> None:
+    """The sampler without a prompt: p_i scored once per document for every tool; each tool keeps its own top-k
+    positions (its tau_s and k); at each kept position the largest m among the tools keeping it is sampled, and a
+    sampled call is a candidate of the tool it names when that tool kept the position."""
+    docs = sorted({j for _, keep in tools.values() for j in keep})
+    scores = sampler.score_positions([(group[j]["text"], tokenized[j]) for j in docs], cfg.sample.batch_tokens)
+    wanted: list[dict[int, set[str]]] = []  # per document: position -> tools that kept it
+    plan = []
+    for j, ps in zip(docs, scores):
+        at: dict[int, set[str]] = defaultdict(set)
+        for tool, ((tau, k, _), keep) in tools.items():
+            if j in keep:
+                for i in top_positions(ps, tau, k):
+                    at[i].add(tool)
+        wanted.append(at)
+        plan.append([(i, max(tools[t][0][2] for t in at[i])) for i in sorted(at)])
+    gen = torch.Generator().manual_seed(_seed(cfg, "any tool", group[0]["doc_id"]))
+    sampled = sampler.sample_any([(group[j]["text"], tokenized[j]) for j in docs], plan, cfg.sample.max_new_tokens,
+                                 cfg.sample.temperature, set(tools), gen, cfg.sample.batch_tokens)
+    for j, calls, ps, at in zip(docs, sampled, scores, wanted):
+        for i, tool, tool_input in calls:
+            if tool in at[i]:
+                per_doc[j].append(_record(group[j], tool, tool_input, i, tokenized[j], ps[i], "sampler"))
 
 
 def _record(doc: dict, tool: str, tool_input: str, position: int, tt, p_i: float | None,

@@ -1,0 +1,88 @@
+"""A second round of self-training: the paper's sampler without a few-shot prompt (sample.prompt none) on a
+model that writes calls by itself (sample.model), its calls judged by the base model or by that model
+(filter.model). The round-1 model here is the tiny model tuned until it writes one QA call (slow)."""
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import shard_records, write_build, write_jsonl
+
+from toolformer.config.load import load_config
+from toolformer.config.schema import PipelineConfig
+from toolformer.run.folder import Stage
+from toolformer.stages import run_stage
+
+ROOT = Path(__file__).resolve().parent.parent
+TEXT = "The Ketey is 484 kilometres long."
+WITH_CALL = "The Ketey is [QA(How long is the Ketey?) → 484] 484 kilometres long."
+KETEY = {"subject": "River Ketey", "relation": "length how long kilometres far", "object": "484",
+         "text": TEXT, "aliases": ["Ketey"]}
+
+
+def config(root: Path, *overrides) -> PipelineConfig:
+    return load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml",
+                       [f"run_dir={root / 'run'}", f"tools.collection={ROOT / 'data' / 'collection.jsonl'}",
+                        f"tools.knowledge={root / 'knowledge.jsonl'}", *overrides])
+
+
+@pytest.fixture(scope="module")
+def round1(tmp_path_factory, tiny_model_dir) -> tuple[Path, Path]:
+    """(root with knowledge.jsonl, the round-1 model: the tiny model tuned on WITH_CALL)."""
+    from toolformer.stages.finetune import run_stage as finetune
+
+    root = tmp_path_factory.mktemp("round1")
+    (root / "knowledge.jsonl").write_text((ROOT / "data" / "knowledge.jsonl").read_text() + json.dumps(KETEY) + "\n")
+    write_build(root / "run", [WITH_CALL] * 16)
+    finetune(config(root, f"model.path={tiny_model_dir}", "finetune.max_steps=60", "finetune.learning_rate=0.02",
+                    "finetune.warmup_ratio=0", "finetune.dev_ratio=0", "finetune.max_length=64",
+                    "finetune.save_every=0", "finetune.batch_size=4", "finetune.micro_batch_size=4"))
+    return root, root / "run" / "model"
+
+
+def round2_config(root: Path, tmp_path: Path, tiny_model_dir: str, model: Path, *overrides) -> PipelineConfig:
+    corpus = tmp_path / "corpus.jsonl"
+    write_jsonl(corpus, [{"id": "ketey", "text": TEXT}, {"id": "other", "text": "A quiet day at the farm."}])
+    return config(root, f"run_dir={tmp_path / 'run'}", f"model.path={tiny_model_dir}", f"corpus.path={corpus}",
+                  "tools.enabled=[Calculator,QA]", "sample.method={Calculator: sampler, QA: sampler}",
+                  "sample.prompt=none", f"sample.model={model}", "sample.per_tool={}", "sample.tau_sample=0.0",
+                  "sample.top_k=2", "sample.num_calls=3", "sample.max_new_tokens=16", *overrides)
+
+
+@pytest.mark.slow
+def test_the_round1_model_proposes_its_own_call_without_a_prompt(round1, tmp_path, tiny_model_dir):
+    root, model = round1
+    cfg = round2_config(root, tmp_path, tiny_model_dir, model)
+    run_stage("sample", cfg)
+    records = shard_records(cfg.run_dir, "sample")
+    qa = [r for r in records if r["tool"] == "QA" and r["doc_id"] == "ketey"]
+    right = [r for r in qa if r["input"] == "How long is the Ketey?"]
+    assert right and all(r["source"] == "sampler" and TEXT[r["char_start"]:].startswith("484") for r in right)
+    assert right[0]["p_i"] > 0.5  # the tuned model puts its call-start there, with no prompt
+    assert not any("→" in r["input"] or "484" in r["input"] for r in records)  # its own result is not taken
+    sample = Stage(cfg.run_dir, "sample").manifest()
+    assert sample["model"] == str(model)
+    assert sample["counts"]["per_tool"]["QA"]["candidates"] == len([r for r in records if r["tool"] == "QA"])
+
+    # Judged by the base model (the paper's filter), then by the round-1 model: a setting, and a rerun.
+    run_stage("execute", cfg)
+    run_stage("filter", cfg)
+    base = {r["input"]: r for r in shard_records(cfg.run_dir, "filter") if r["tool"] == "QA"}
+    assert Stage(cfg.run_dir, "filter").manifest()["model"] == tiny_model_dir
+    judged = round2_config(root, tmp_path, tiny_model_dir, model, f"filter.model={model}")
+    assert not run_stage("filter", judged).skipped
+    by_round1 = {r["input"]: r for r in shard_records(cfg.run_dir, "filter") if r["tool"] == "QA"}
+    assert Stage(cfg.run_dir, "filter").manifest()["model"] == str(model)
+    call = "How long is the Ketey?"
+    assert base[call]["result"] == by_round1[call]["result"] == "484"
+    assert base[call]["loss_plus"] != pytest.approx(by_round1[call]["loss_plus"])
+    assert run_stage("filter", judged).skipped  # the same model again: complete
+
+
+def test_round2_settings_are_checked():
+    with pytest.raises(ValueError, match="sample: prompt"):
+        load_config(PipelineConfig, None, ["sample.prompt=zero-shot"])
+    with pytest.raises(ValueError, match="demo: rounds"):
+        load_config(PipelineConfig, None, ["demo.rounds=3"])
+    with pytest.raises(ValueError, match="demo: round2_filters"):
+        load_config(PipelineConfig, None, ["demo.round2_filters=[base, base]"])
