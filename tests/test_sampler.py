@@ -42,6 +42,9 @@ class TokenCache:
     def batch_repeat_interleave(self, n):
         self.tokens = self.tokens.repeat_interleave(n, 0)
 
+    def reorder_cache(self, index):
+        self.tokens = self.tokens[index]
+
 
 class ScriptedLM(torch.nn.Module):
     """A causal LM double: after the call-start token it writes a fixed token
@@ -130,3 +133,32 @@ def test_without_a_prompt_a_call_counts_for_the_tool_it_names_and_ends_at_the_ar
     # With a few-shot prompt, a call that carries a result is not an input the prompt asked for.
     prompt = render_prompt(REGISTRY["Calculator"], "{text}", PLAIN)
     assert run("Calculator(2+3) → 5]", prompt=prompt) == [[]]
+
+
+@pytest.mark.parametrize("few_shot", [True, False])
+def test_sampling_from_the_masked_document_cache_equals_decoding_from_the_cut_prefix(model_tok, few_shot):
+    """Each document runs once and every sample masks its cache after x_{i-1}: greedy samples (temperature
+    ~0) are the tokens greedy decoding writes from [P(x), x_1..x_{i-1}, call-start] alone."""
+    model, tok = model_tok
+    prompt = render_prompt(REGISTRY["Calculator"], "{text}", PLAIN) if few_shot else None
+    sampler = Sampler(model, tok, PLAIN, prompt, [tok.bos_token_id])
+    docs = _docs(tok, ["The farm sold 340 eggs and 275 more, 615 in all.", "Short one, 12 and 7."])
+    plans = [[(0, 1), (3, 2), (9, 1)], [(2, 1), (5, 1)]]
+    rows = sampler._rows(docs)
+    got = sampler._sample_docs(rows, plans, [tt.ids for _, tt in docs], 6, 1e-6, torch.Generator().manual_seed(0))
+    for (text, tt), plan, samples in zip(docs, plans, got):
+        for i, tokens in samples:
+            seq = list(sampler.parts.preamble_ids)  # [BOS] + the prompt's preamble ([BOS] alone without one)
+            if few_shot:
+                seq += tok(text + sampler.parts.tail, add_special_tokens=False)["input_ids"]
+            seq += tt.ids[:i] + [sampler._start_token(tt.ids[i])]
+            want = []
+            with torch.no_grad():
+                for _ in range(6):
+                    nxt = int(model(torch.tensor([seq])).logits[0, -1].argmax())
+                    want.append(nxt)
+                    seq.append(nxt)
+                    if nxt in sampler.stop_ids:
+                        break
+            assert tokens == want, (text, i)
+        assert [i for i, _ in samples] == [i for i, m in plan for _ in range(m)]

@@ -100,6 +100,16 @@ def world_config(cfg: PipelineConfig) -> PipelineConfig:
     return cfg
 
 
+def reuse_stages(src: str | Path, dst: str | Path, stages: tuple[str, ...]) -> None:
+    """Copy complete stages of run folder ``src`` that ``dst`` lacks (configs equal up to them: the stages
+    check their hashes when they run, and run again where the copy does not match)."""
+    import shutil
+
+    for name in stages:
+        if Stage(src, name).manifest() and not Stage(dst, name).dir.exists():
+            shutil.copytree(Stage(src, name).dir, Stage(dst, name).dir)
+
+
 def kept_in(run_dir: str | Path) -> int:
     """Calls the filter and chain stages of a run folder kept."""
     filt = Stage(run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
@@ -253,8 +263,12 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
 
     # Round 2 of self-training: the round-1 model proposes, the base model is tuned again (demo.rounds 2).
+    first = None
     for name, rcfg in round2_configs(wcfg).items():
         save_resolved_config(rcfg)
+        if first is not None:  # the same candidates for every judge: sampled and run once
+            reuse_stages(first, rcfg.run_dir, ("sample", "execute"))
+        first = first or rcfg.run_dir
         for stage in ("sample", "execute", "filter", "chain"):
             timed(f"{name} {stage}", lambda s=stage, c=rcfg: run_stage(s, c, force=force))
         if not kept_in(rcfg.run_dir):

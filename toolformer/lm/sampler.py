@@ -166,26 +166,25 @@ class Sampler:
         """For each (position, m) of each document, m samples from the call-start token on; returns, per
         document, the distinct closed calls of a tool in ``tools`` as (position, tool, input)."""
         rows = self._rows(docs)
-        jobs = []  # (doc index, position, row ids ending in the call-start token)
-        for k, pos_list in enumerate(positions):
-            row, x0 = rows[k]
-            for i, m in pos_list:
-                jobs += [(k, i, row[: x0 + i] + [self._start_token(docs[k][1].ids[i])])] * m
+        plans = [[(i, m) for i, m in pos_list if m > 0] for pos_list in positions]
+        todo = [k for k in range(len(docs)) if plans[k]]
         results: list[list[tuple[int, str, str]]] = [[] for _ in docs]
         seen: set[tuple[int, int, str, str]] = set()
-        lengths = [len(j[2]) + max_new_tokens for j in jobs]
-        for group in batches_by_budget(lengths, batch_tokens):
-            texts = self._sample_group([jobs[g][2] for g in group], max_new_tokens, temperature, generator)
-            for g, text in zip(group, texts):
-                k, i, _ = jobs[g]
-                calls = parse_calls(self.style.start + text, self.style, tools)
-                if not calls or not calls[0].closed or calls[0].start != 0 \
-                        or (calls[0].call.result is not None and not self.free):
-                    continue  # never closed, not a call of these tools, or (with a prompt) a call with a result
-                key = (k, i, calls[0].call.tool, calls[0].call.input)
-                if key not in seen:
-                    seen.add(key)
-                    results[k].append((i, calls[0].call.tool, calls[0].call.input))
+        lengths = [len(rows[k][0]) + max_new_tokens for k in todo]
+        for group in batches_by_budget(lengths, batch_tokens, [sum(m for _, m in plans[k]) for k in todo]):
+            ks = [todo[g] for g in group]
+            sampled = self._sample_docs([rows[k] for k in ks], [plans[k] for k in ks], [docs[k][1].ids for k in ks],
+                                        max_new_tokens, temperature, generator)
+            for k, samples in zip(ks, sampled):
+                for i, tokens in samples:
+                    calls = parse_calls(self.style.start + self.call_text(tokens), self.style, tools)
+                    if not calls or not calls[0].closed or calls[0].start != 0 \
+                            or (calls[0].call.result is not None and not self.free):
+                        continue  # never closed, not a call of these tools, or (with a prompt) a call with a result
+                    key = (k, i, calls[0].call.tool, calls[0].call.input)
+                    if key not in seen:
+                        seen.add(key)
+                        results[k].append((i, calls[0].call.tool, calls[0].call.input))
         return results
 
     def _start_token(self, next_token: int) -> int:
@@ -205,38 +204,77 @@ class Sampler:
         past = torch.ones((batch, self.prefix.length), dtype=torch.long, device=self.device)
         return self.prefix.expand(batch), past, torch.full((batch,), self.prefix.length, device=self.device)
 
-    def _sample_group(self, rows: list[list[int]], max_new_tokens: int, temperature: float,
-                      generator: torch.Generator) -> list[str]:
-        ids, mask = _left_pad(rows, self.pad_id, self.device)
-        B = ids.shape[0]
-        cache, past, offset = self._start_batch(B)
+    def _sample_docs(self, rows: list[tuple[list[int], int]], plans: list[list[tuple[int, int]]],
+                     text_ids: list[list[int]], max_new_tokens: int, temperature: float,
+                     generator: torch.Generator) -> list[list[tuple[int, list[int]]]]:
+        """m samples after the call-start token at each (i, m) of ``plans``, per document row: each document
+        runs once; its key/value cache is copied per sample and masked after x_{i-1} (the same as the prefix
+        alone), and a sample leaves the batch when it stops. Returns (i, sampled tokens) per sample."""
+        ids, mask = _left_pad([r for r, _ in rows], self.pad_id, self.device)
+        width = ids.shape[1]
+        cache, past, offset = self._start_batch(len(rows))
         out = _forward(self.model, ids, mask, past, cache, offset)
-        cache, past, offset = output_cache(out), torch.cat([past, mask], dim=1), offset + mask.sum(-1)
-        logits = out.logits[:, -1]
+        cache, past = output_cache(out), torch.cat([past, mask], dim=1)
+        doc_of, cut, before, first, where = [], [], [], [], []
+        for d, ((row, x0), plan, x) in enumerate(zip(rows, plans, text_ids)):
+            for i, m in plan:
+                doc_of += [d] * m
+                cut += [past.shape[1] - width + (width - len(row)) + x0 + i] * m  # first masked column
+                before += [x0 + i] * m  # the row's tokens before x_i
+                first += [self._start_token(x[i])] * m
+                where += [(d, i)] * m
+        index = torch.tensor(doc_of, device=self.device)
+        cache.reorder_cache(index)
+        columns = torch.arange(past.shape[1], device=self.device).unsqueeze(0)
+        past = past[index] * (columns < torch.tensor(cut, device=self.device).unsqueeze(1)).long()
+        offset = offset[index] + torch.tensor(before, device=self.device)
+        one = torch.ones((len(index), 1), dtype=torch.long, device=self.device)
+        step = _forward(self.model, torch.tensor(first, device=self.device).unsqueeze(1), one, past, cache, offset)
+        drawn = self._draw(output_cache(step), torch.cat([past, one], dim=1), offset + 1, step.logits[:, -1],
+                           max_new_tokens, temperature, generator)
+        out_docs: list[list[tuple[int, list[int]]]] = [[] for _ in rows]
+        for (d, i), tokens in zip(where, drawn):
+            out_docs[d].append((i, tokens))
+        return out_docs
+
+    def _draw(self, cache, past, offset, logits, max_new_tokens: int, temperature: float,
+              generator: torch.Generator) -> list[list[int]]:
+        """Sample each row from ``logits`` on until a stop token (kept) or ``max_new_tokens``; a row leaves
+        the batch when it stops."""
+        B = logits.shape[0]
         generated = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long)
-        done = torch.zeros(B, dtype=torch.bool)
-        end_ids = torch.tensor(sorted(self.stop_ids), dtype=torch.long)
-        one = torch.ones((B, 1), dtype=torch.long, device=self.device)
+        active = torch.arange(B)  # the samples still running, as rows of `generated`
+        stop_ids = torch.tensor(sorted(self.stop_ids), dtype=torch.long)
         for t in range(max_new_tokens):
             probs = torch.softmax(logits.float() / max(temperature, 1e-5), dim=-1).cpu()
-            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (B,)
-            nxt[done] = self.pad_id
-            generated[:, t] = nxt
-            done |= torch.isin(nxt, end_ids)
-            if bool(done.all()) or t == max_new_tokens - 1:
+            nxt = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (A,)
+            generated[active, t] = nxt
+            going = ~torch.isin(nxt, stop_ids)
+            if not bool(going.any()) or t == max_new_tokens - 1:
                 break
+            if not bool(going.all()):  # stopped samples leave the batch
+                keep = going.nonzero().squeeze(1)
+                active, nxt = active[keep], nxt[keep]
+                keep = keep.to(self.device)
+                cache.reorder_cache(keep)
+                past, offset = past[keep], offset[keep]
+            one = torch.ones((len(active), 1), dtype=torch.long, device=self.device)
             step = _forward(self.model, nxt.unsqueeze(1).to(self.device), one, past, cache, offset)
             cache, past, offset = output_cache(step), torch.cat([past, one], dim=1), offset + 1
             logits = step.logits[:, -1]
-        texts = []
+        out = []
         for b in range(B):
             toks = generated[b].tolist()
             cut = next((j + 1 for j, x in enumerate(toks) if x in self.stop_ids), len(toks))
-            if not any(x in self.stop_ids for x in toks[:cut]):
-                texts.append("")  # unclosed samples are dropped
-                continue
-            text = self.tok.decode(toks[:cut])
-            if toks[cut - 1] not in self.end_ids:  # stopped at the arrow: the input is complete, close the call
-                text = text[: max(text.rfind(a) for a in self.style.arrows)].rstrip() + self.style.end
-            texts.append(text)
-        return texts
+            out.append(toks[:cut])
+        return out
+
+    def call_text(self, tokens: list[int]) -> str:
+        """The sampled tokens after the call-start token as call text closed by the end marker; "" when no stop
+        token came (unclosed samples are dropped). Stopped at the arrow, the input is complete: closed there."""
+        if not tokens or tokens[-1] not in self.stop_ids:
+            return ""
+        text = self.tok.decode(tokens)
+        if tokens[-1] not in self.end_ids:
+            text = text[: max(text.rfind(a) for a in self.style.arrows)].rstrip() + self.style.end
+        return text
