@@ -46,7 +46,8 @@ def round2_config(root: Path, tmp_path: Path, tiny_model_dir: str, model: Path, 
     return config(root, f"run_dir={tmp_path / 'run'}", f"model.path={tiny_model_dir}", f"corpus.path={corpus}",
                   "tools.enabled=[Calculator,QA]", "sample.method={Calculator: sampler, QA: sampler}",
                   "sample.prompt=none", f"sample.model={model}", "sample.per_tool={}", "sample.tau_sample=0.0",
-                  "sample.top_k=2", "sample.num_calls=3", "sample.max_new_tokens=16", *overrides)
+                  "sample.top_k=2", "sample.num_calls=3", "sample.max_new_tokens=16", "sample.temperature=0.1",
+                  *overrides)
 
 
 @pytest.mark.slow
