@@ -412,9 +412,11 @@ def test_gold_precision_and_recall_per_tool(tmp_path, capsys, monkeypatch):
     run = make_run(tmp_path, docs=GOLD_DOCS, calls=GOLD_RUN_CALLS)
     ins = run_stage(cfg_for(run)).output
     out = capsys.readouterr().out
-    calc = {"kept": 4, "kept_right": 1, "gold": 2, "gold_with_kept": 2, "gold_with_right_kept": 1,
+    calc = {"candidates": 4, "candidates_right": 1, "candidate_precision": 0.25,  # every call, kept or not
+            "kept": 4, "kept_right": 1, "gold": 2, "gold_with_kept": 2, "gold_with_right_kept": 1,
             "precision": 0.25, "recall": 1.0, "recall_right": 0.5}
-    qa = {"kept": 2, "kept_right": 1, "gold": 2, "gold_with_kept": 1, "gold_with_right_kept": 1,
+    qa = {"candidates": 3, "candidates_right": 2, "candidate_precision": pytest.approx(2 / 3),  # + the rejected one
+          "kept": 2, "kept_right": 1, "gold": 2, "gold_with_kept": 1, "gold_with_right_kept": 1,
           "precision": 0.5, "recall": 0.5, "recall_right": 0.5}
     assert ins.gold["per_tool"] == {"Calculator": calc, "QA": qa}
     assert ins.gold["documents"] == 5 and ins.gold["tolerance"] == 3 and ins.gold["no_gold"] == {}
@@ -431,8 +433,10 @@ def test_gold_precision_and_recall_per_tool(tmp_path, capsys, monkeypatch):
                                "call": "[Calculator(212 + 87) → 299]"}
     assert [(w["doc_id"], w["gold"]) for w in wrong["QA"]] == [("g2", None)]
     # Terminal: one line per tool, then the wrong kept calls.
-    assert "Calculator: precision 25.0 % (1/4), recall 100.0 % (2/2), with a right call 50.0 % (1/2)" in out
-    assert "QA: precision 50.0 % (1/2), recall 50.0 % (1/2), with a right call 50.0 % (1/2)" in out
+    assert ("Calculator: candidates right 25.0 % (1/4), precision 25.0 % (1/4), recall 100.0 % (2/2), "
+            "with a right call 50.0 % (1/2)") in out
+    assert ("QA: candidates right 66.7 % (2/3), precision 50.0 % (1/2), recall 50.0 % (1/2), "
+            "with a right call 50.0 % (1/2)") in out
     assert "Calculator: wrong kept calls (3 of 3, largest L⁻ − L⁺ first)" in out
     assert ("[Calculator(212 * 87) → 18444] 299 km together.  (gold [Calculator(212 + 87) → 299])" in out)
     assert "[QA(Who lives in Brightwater?) → 96,500] 96,500 people and Aldermoor 18,240.  (no gold call here)" in out
@@ -446,7 +450,7 @@ def test_gold_precision_and_recall_per_tool(tmp_path, capsys, monkeypatch):
     assert "<h2>Kept calls against gold calls</h2>" in raw and '<table id="gold">' in raw
     row = re.search(r'<tr data-tool="Calculator"><td>Calculator</td>(.*?)</tr>', raw.split('<table id="gold">')[1])
     assert re.findall(r'<td class="num">([^<]*)</td>', row.group(1)) == [
-        "4", "25.0 % (1/4)", "2", "100.0 % (2/2)", "50.0 % (1/2)"]
+        "4", "25.0 % (1/4)", "4", "25.0 % (1/4)", "2", "100.0 % (2/2)", "50.0 % (1/2)"]
     assert "Calculator: wrong kept calls (3 of 3, largest L⁻ − L⁺ first)" in raw
     assert "[Calculator(212 * 87) → 18444]</span> 299 km together." in raw and "no gold call here" in raw
 

@@ -227,7 +227,7 @@ def _share(part: int, whole: int, share: float | None) -> str:
 
 
 def gold_html(ins: Inspection) -> str:
-    """Precision and recall of the kept calls per shown tool, then each tool's
+    """Per shown tool, the candidates' share right, precision and recall of the kept calls, then each tool's
     wrong kept calls in their sentence beside the gold call they were compared
     against."""
     g = ins.gold
@@ -235,7 +235,9 @@ def gold_html(ins: Inspection) -> str:
     rows = []
     for tool in tools:
         c = g["per_tool"][tool]
-        rows.append(f'<tr data-tool="{_e(tool)}"><td>{_e(tool)}</td><td class="num">{c["kept"]:,}</td>'
+        rows.append(f'<tr data-tool="{_e(tool)}"><td>{_e(tool)}</td><td class="num">{c["candidates"]:,}</td>'
+                    f'<td class="num">{_share(c["candidates_right"], c["candidates"], c["candidate_precision"])}</td>'
+                    f'<td class="num">{c["kept"]:,}</td>'
                     f'<td class="num">{_share(c["kept_right"], c["kept"], c["precision"])}</td>'
                     f'<td class="num">{c["gold"]:,}</td>'
                     f'<td class="num">{_share(c["gold_with_kept"], c["gold"], c["recall"])}</td>'
@@ -243,7 +245,9 @@ def gold_html(ins: Inspection) -> str:
     no_gold = ", ".join(f"{_e(t)} ({n:,} kept)" for t, n in g["no_gold"].items() if t in ins.tools)
     out = [f'<p>{g["documents"]:,} annotated documents (with gold_calls); a kept call is at a gold call when their '
            f'positions differ by at most {g["tolerance"]} characters, right when the results agree too.</p>'
-           '<table id="gold"><tr><th>tool</th><th class="num">kept</th><th class="num">precision (right/kept)</th>'
+           '<table id="gold"><tr><th>tool</th><th class="num">candidates</th>'
+           '<th class="num">right (right/candidates)</th><th class="num">kept</th>'
+           '<th class="num">precision (right/kept)</th>'
            '<th class="num">gold</th><th class="num">recall (with a kept call)</th>'
            f'<th class="num">recall (with a right kept call)</th></tr>{"".join(rows)}</table>'
            + (f'<p class="muted">no gold calls of: {no_gold}</p>' if no_gold else "")]

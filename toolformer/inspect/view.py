@@ -346,7 +346,9 @@ def match_gold(calls: list[dict], documents: dict[str, dict], tolerance: int = G
     document is not judged), and only gold calls of tools with at least one
     record in ``calls`` (a tool the run did not enable is not judged). A kept call is right when a gold call of its tool
     in its document starts within ``tolerance`` characters of it and has the
-    same result (:func:`same_result`). Per tool with gold calls: ``kept``,
+    same result (:func:`same_result`). Per tool with gold calls: ``candidates``
+    (every call in ``calls``, kept or not), ``candidates_right``,
+    ``candidate_precision`` = candidates_right / candidates, ``kept``,
     ``kept_right``, ``precision`` = kept_right / kept (None without kept
     calls), ``gold``, ``gold_with_kept`` (a kept call of the tool within
     ``tolerance``, right or not), ``recall`` = gold_with_kept / gold,
@@ -363,20 +365,27 @@ def match_gold(calls: list[dict], documents: dict[str, dict], tolerance: int = G
     if not gold_tools:
         return None
     kept = [r for r in calls if r.get("kept") and r["doc_id"] in annotated]
-    per_tool = {t: dict.fromkeys(("kept", "kept_right", "gold", "gold_with_kept", "gold_with_right_kept"), 0)
+    per_tool = {t: dict.fromkeys(("candidates", "candidates_right", "kept", "kept_right", "gold", "gold_with_kept",
+                                  "gold_with_right_kept"), 0)
                 for t in gold_tools}
     no_gold: dict[str, int] = {}
     wrong: dict[str, list[tuple[dict, dict | None]]] = {t: [] for t in gold_tools}
-    for r in kept:
+    for r in calls:
+        if r["doc_id"] not in annotated:
+            continue
         if r["tool"] not in per_tool:
-            no_gold[r["tool"]] = no_gold.get(r["tool"], 0) + 1
+            no_gold[r["tool"]] = no_gold.get(r["tool"], 0) + bool(r.get("kept"))
             continue
         g = _nearest_gold(r, annotated[r["doc_id"]], tolerance)
         right = g is not None and same_result(r["tool"], g["result"], r.get("result"))
-        per_tool[r["tool"]]["kept"] += 1
-        per_tool[r["tool"]]["kept_right"] += right
-        if not right:
-            wrong[r["tool"]].append((r, g))
+        c = per_tool[r["tool"]]
+        c["candidates"] += 1
+        c["candidates_right"] += right
+        if r.get("kept"):
+            c["kept"] += 1
+            c["kept_right"] += right
+            if not right:
+                wrong[r["tool"]].append((r, g))
     kept_at: dict[tuple[str, str], list[dict]] = {}
     for r in kept:
         kept_at.setdefault((r["doc_id"], r["tool"]), []).append(r)
@@ -388,7 +397,9 @@ def match_gold(calls: list[dict], documents: dict[str, dict], tolerance: int = G
             c["gold"] += 1
             c["gold_with_kept"] += bool(near)
             c["gold_with_right_kept"] += any(same_result(g["tool"], g["result"], r.get("result")) for r in near)
+    no_gold = {t: n for t, n in no_gold.items() if n}
     for c in per_tool.values():
+        c["candidate_precision"] = c["candidates_right"] / c["candidates"] if c["candidates"] else None
         c["precision"] = c["kept_right"] / c["kept"] if c["kept"] else None
         c["recall"] = c["gold_with_kept"] / c["gold"]
         c["recall_right"] = c["gold_with_right_kept"] / c["gold"]
@@ -439,20 +450,14 @@ def gold_summary(run_dir: str | Path) -> dict | None:
 
 
 def candidate_gold(run_dir: str | Path) -> dict | None:
-    """Per tool, every candidate the run's filter judged (kept or not) against the gold calls, by the rule of
-    :func:`match_gold`: ``{tool: {"candidates", "right", "precision", "gold", "gold_with_candidate", "recall"}}``
-    (a candidate whose call failed has no result and is not right). How good the proposals were before the
-    filter; None as for :func:`gold_summary`."""
-    run_dir = Path(run_dir)
-    filt = read_stage(run_dir, "filter")
-    if filt.state == "missing":
+    """Per tool, every candidate the run's filter judged (kept or not) against the gold calls (a candidate whose
+    call failed has no result and is not right): ``{tool: {"candidates", "right", "precision"}}``, from
+    :func:`gold_summary`. How good the proposals were before the filter; None as for gold_summary."""
+    summary = gold_summary(run_dir)
+    if summary is None:
         return None
-    matched = match_gold([{**r, "kept": True} for r in filt.records], read_documents(run_dir))
-    if matched is None:
-        return None
-    return {t: {"candidates": c["kept"], "right": c["kept_right"], "precision": c["precision"], "gold": c["gold"],
-                "gold_with_candidate": c["gold_with_kept"], "recall": c["recall"]}
-            for t, c in matched["per_tool"].items()}
+    return {t: {"candidates": c["candidates"], "right": c["candidates_right"], "precision": c["candidate_precision"]}
+            for t, c in summary.items()}
 
 
 # -- one inspection: what the filters let through, ready to show -------------------------

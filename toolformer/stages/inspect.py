@@ -169,7 +169,7 @@ def print_inspection(ins: Inspection, width: int) -> None:
 
 
 def print_gold(console, ins: Inspection, n_wrong: int) -> None:
-    """Per shown tool with gold calls, one line of precision and recall, then
+    """Per shown tool with gold calls, one line of the candidates' share right, precision and recall, then
     its first ``n_wrong`` wrong kept calls in their sentence."""
     from rich.text import Text
 
@@ -179,7 +179,9 @@ def print_gold(console, ins: Inspection, n_wrong: int) -> None:
     tools = [t for t in ins.tools if t in g["per_tool"]]
     for tool in tools:
         c = g["per_tool"][tool]
-        console.print(f"  {tool}: precision {pct(c['precision'])} ({c['kept_right']:,}/{c['kept']:,}), "
+        console.print(f"  {tool}: candidates right {pct(c['candidate_precision'])} "
+                      f"({c['candidates_right']:,}/{c['candidates']:,}), "
+                      f"precision {pct(c['precision'])} ({c['kept_right']:,}/{c['kept']:,}), "
                       f"recall {pct(c['recall'])} ({c['gold_with_kept']:,}/{c['gold']:,}), "
                       f"with a right call {pct(c['recall_right'])} ({c['gold_with_right_kept']:,}/{c['gold']:,})")
     for tool, n in g["no_gold"].items():
