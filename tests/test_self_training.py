@@ -87,3 +87,36 @@ def test_round2_settings_are_checked():
         load_config(PipelineConfig, None, ["demo.rounds=3"])
     with pytest.raises(ValueError, match="demo: round2_filters"):
         load_config(PipelineConfig, None, ["demo.round2_filters=[base, base]"])
+
+
+def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tiny_model_dir):
+    """sample.prompt none: one scoring pass for every tool; each tool keeps its own top-k positions, and a call
+    is a candidate of the tool it names only where that tool kept the position."""
+    import torch
+    from test_sampler import ScriptedLM
+    from transformers import AutoTokenizer
+
+    from toolformer.lm.sampler import Sampler
+    from toolformer.lm.textpos import marker_token_ids
+    from toolformer.stages.sample import ANY_TOOL, annotate_group
+    from toolformer.tools.calls import STYLES
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = load_config(PipelineConfig, None, ["sample.prompt=none", "sample.prefilter=false",
+                                             "sample.max_new_tokens=12"])
+    group = [{"doc_id": "d", "text": "The farm sold 340 eggs and 275 more, 615 in all."}]
+
+    def candidates(script: str, k_calc: int, k_qa: int) -> list[tuple[str, int, str]]:
+        lm = ScriptedLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], marker_token_ids(tok, "["))
+        samplers = {ANY_TOOL: Sampler(lm, tok, STYLES["plain"], None, [tok.bos_token_id])}
+        settings = {"Calculator": (0.0, k_calc, 2, "sampler", "Calculator"), "QA": (0.0, k_qa, 2, "sampler", "QA")}
+        torch.manual_seed(0)
+        records, counts = annotate_group(cfg, tok, settings, samplers, group)
+        assert counts["Calculator"]["candidates"] + counts["QA"]["candidates"] == len(records)
+        return sorted((r["tool"], r["position"], r["input"]) for r in records)
+
+    # The double gives every position the same p(call-start): the top k are the first k positions.
+    assert candidates("QA(Who sold eggs?)]", k_calc=3, k_qa=1) == [("QA", 0, "Who sold eggs?")]
+    assert candidates("Calculator(340 + 275) → 615]", k_calc=3, k_qa=1) == [
+        ("Calculator", i, "340 + 275") for i in range(3)]
+    assert candidates("QA(Who sold eggs?)]", k_calc=3, k_qa=0) == []  # QA kept no position

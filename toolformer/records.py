@@ -34,7 +34,8 @@ class SampleRecord(TypedDict):
     input: Annotated[str, "the call's input, as sampled or proposed"]
     position: Annotated[int, "token index i the call goes before"]
     char_start: Annotated[int, "character offset of token i in the text"]
-    p_i: Annotated[float | None, "p_M(call start given P(x), x_1..x_{i-1}); null for rule proposals"]
+    p_i: Annotated[float | None, "p_M(call start given P(x), x_1..x_{i-1}) (P(x) = x with sample.prompt none); "
+                                 "null for rule proposals"]
     source: Annotated[str, "`sampler` (the paper's sampler) or `rules` (a rule proposer)"]
 
 
