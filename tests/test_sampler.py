@@ -162,3 +162,38 @@ def test_sampling_from_the_masked_document_cache_equals_decoding_from_the_cut_pr
                         break
             assert tokens == want, (text, i)
         assert [i for i, _ in samples] == [i for i, m in plan for _ in range(m)]
+
+
+def test_a_documents_samples_are_split_to_fit_the_token_budget(model_tok, monkeypatch):
+    """Every (position, m) is sampled m times whatever the budget; a batch holds at most budget tokens of rows
+    (rows × (document + max_new_tokens)), unless one sample alone is longer."""
+    _, tok = model_tok
+    from toolformer.lm.textpos import marker_token_ids
+
+    script = tok("Calculator(2+3)]", add_special_tokens=False)["input_ids"]
+    lm = ScriptedLM(len(tok), script, marker_token_ids(tok, "["))
+    sampler = Sampler(lm, tok, PLAIN, None, [tok.bos_token_id])
+    docs = _docs(tok, ["Sold 2 and 3, 5 in all.", "The farm sold 340 eggs and 275 more, 615 in all."])
+    plans = [[(1, 3), (4, 5)], [(0, 2), (6, 4), (9, 1)]]
+    batches = []
+    real = sampler._sample_docs
+
+    def spy(rows, pieces, *args):
+        batches.append([(len(r) + 12, sum(m for _, m in p)) for (r, _), p in zip(rows, pieces)])
+        return real(rows, pieces, *args)
+
+    monkeypatch.setattr(sampler, "_sample_docs", spy)
+    for budget in (10**6, 150, 1):
+        batches.clear()
+        out = sampler.sample_any(docs, plans, 12, 1.0, {"Calculator"}, torch.Generator().manual_seed(0), budget)
+        assert out == [[(1, "Calculator", "2+3"), (4, "Calculator", "2+3")],
+                       [(0, "Calculator", "2+3"), (6, "Calculator", "2+3"), (9, "Calculator", "2+3")]]
+        assert sum(n for b in batches for _, n in b) == 15  # every sample drawn, none twice
+        for b in batches:
+            assert max(length for length, _ in b) * sum(n for _, n in b) <= budget or sum(n for _, n in b) == 1
+        if budget == 10**6:
+            assert len(batches) == 1
+        elif budget == 1:
+            assert len(batches) == 15  # one sample per batch
+        else:
+            assert 1 < len(batches) < 15

@@ -166,15 +166,27 @@ class Sampler:
         """For each (position, m) of each document, m samples from the call-start token on; returns, per
         document, the distinct closed calls of a tool in ``tools`` as (position, tool, input)."""
         rows = self._rows(docs)
-        plans = [[(i, m) for i, m in pos_list if m > 0] for pos_list in positions]
-        todo = [k for k in range(len(docs)) if plans[k]]
+        pieces = []  # (doc index, [(position, samples)]): a document's samples, split to fit the token budget
+        for k, pos_list in enumerate(positions):
+            cap = max(1, batch_tokens // (len(rows[k][0]) + max_new_tokens))
+            plan, n = [], 0
+            for i, m in pos_list:
+                while m > 0:
+                    take = min(m, cap - n)
+                    plan.append((i, take))
+                    n, m = n + take, m - take
+                    if n == cap:
+                        pieces.append((k, plan))
+                        plan, n = [], 0
+            if plan:
+                pieces.append((k, plan))
         results: list[list[tuple[int, str, str]]] = [[] for _ in docs]
         seen: set[tuple[int, int, str, str]] = set()
-        lengths = [len(rows[k][0]) + max_new_tokens for k in todo]
-        for group in batches_by_budget(lengths, batch_tokens, [sum(m for _, m in plans[k]) for k in todo]):
-            ks = [todo[g] for g in group]
-            sampled = self._sample_docs([rows[k] for k in ks], [plans[k] for k in ks], [docs[k][1].ids for k in ks],
-                                        max_new_tokens, temperature, generator)
+        lengths = [len(rows[k][0]) + max_new_tokens for k, _ in pieces]
+        for group in batches_by_budget(lengths, batch_tokens, [sum(m for _, m in plan) for _, plan in pieces]):
+            ks = [pieces[g][0] for g in group]
+            sampled = self._sample_docs([rows[k] for k in ks], [pieces[g][1] for g in group],
+                                        [docs[k][1].ids for k in ks], max_new_tokens, temperature, generator)
             for k, samples in zip(ks, sampled):
                 for i, tokens in samples:
                     calls = parse_calls(self.style.start + self.call_text(tokens), self.style, tools)
