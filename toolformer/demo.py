@@ -68,6 +68,7 @@ def round2_configs(cfg: PipelineConfig) -> dict[str, PipelineConfig]:
         rcfg.sample.model, rcfg.sample.prompt = round1, "none"
         rcfg.sample.method = {t: "sampler" for t in cfg.tools.enabled}
         rcfg.filter.model = "" if judge == "base" else round1
+        rcfg.chain.rounds = 1  # a chain round would sample every document with a call once more (~17 min on 2 cores)
         rcfg.finetune.output_dir = str(Path(rcfg.run_dir) / "model")
         rcfg.evaluate.extra_models = []
         out[f"toolformer_{folder}"] = rcfg
