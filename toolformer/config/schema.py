@@ -687,7 +687,8 @@ class DemoConfig:
     rounds: int = 1
     """Rounds of self-training (`toolformer demo --rounds 2`). Round 2 samples calls with the round-1 model (the
     paper's sampler, sample.prompt none: p(call-start) from the text alone, the paper's tau_s, k and m), executes
-    them, filters them, and fine-tunes the base model on them, in RUN_DIR/round2 (one folder per judge)."""
+    them, filters them, and fine-tunes the base model on them, in RUN_DIR/round2 (one folder per judge). Round 2
+    runs no chain round (chain.rounds 1): that would be a second sampling pass over every document with a call."""
     round2_filters: list[str] = field(default_factory=lambda: ["base", "round1"])
     """Models whose losses judge round 2's calls, one tuned model and one table row each: `base` (the paper's
     filter; row toolformer_round2) and/or `round1` (the round-1 model; row toolformer_round2_judged_by_round1)."""
