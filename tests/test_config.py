@@ -1,9 +1,10 @@
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from toolformer.config.load import ConfigError, load_config
-from toolformer.config.schema import PipelineConfig
+from toolformer.config.schema import STAGES, PipelineConfig
 
 
 def _write(tmp_path, text):
@@ -73,3 +74,23 @@ def test_shipped_configs_load_and_say_how_to_run(repo_root: Path):
         assert any("toolformer " in h or "python " in h or "bash " in h for h in head if h.startswith("#")), f.name
         if f.name.startswith(("tiny", "demo", "default", "paper")):
             load_config(PipelineConfig, f)
+
+
+def test_fields_added_at_their_old_behaviour_leave_stage_hashes_alone():
+    """A run made before sample.prompt / sample.model / filter.model existed stays fresh after an upgrade; setting
+    one of them makes the stages that read it stale."""
+    from toolformer.config.load import config_hash, to_dict
+    from toolformer.stages import ADDED_FIELDS, COMMON, stage_hash
+
+    cfg = PipelineConfig()
+    d = to_dict(cfg)
+    for stage in ("sample", "filter", "finetune"):
+        upto = STAGES[: STAGES.index(stage) + 1]
+        before = {k: dict(d[k]) if isinstance(d[k], dict) else d[k] for k in (*COMMON, *upto)}
+        for section, key in ADDED_FIELDS:
+            if section in before:
+                del before[section][key]  # the config as it was before the field existed
+        assert stage_hash(cfg, stage) == config_hash(before), stage
+    assert stage_hash(replace(cfg, sample=replace(cfg.sample, prompt="none")), "sample") != stage_hash(cfg, "sample")
+    assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "filter") != stage_hash(cfg, "filter")
+    assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "sample") == stage_hash(cfg, "sample")

@@ -67,11 +67,25 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = 
     return result or StageResult(name, True, Stage(cfg.run_dir, name).manifest())
 
 
+# Config fields added after runs existed, with the value that keeps what runs did before them: at that value a
+# field is left out of the stage hash, so upgrading does not make finished stages stale. A new field whose
+# default changes nothing goes here; one that changes results does not.
+ADDED_FIELDS: dict[tuple[str, str], Any] = {
+    ("sample", "prompt"): "few-shot",
+    ("sample", "model"): "",
+    ("filter", "model"): "",
+}
+
+
 def stage_hash(cfg: PipelineConfig, name: str) -> str:
     """Hash of the config a stage's output depends on (decides if it is stale)."""
     d = to_dict(cfg)
     upto = STAGES[: STAGES.index(name) + 1]
-    return config_hash({k: d[k] for k in (*COMMON, *upto)})
+    part = {k: dict(d[k]) if isinstance(d[k], dict) else d[k] for k in (*COMMON, *upto)}
+    for (section, key), value in ADDED_FIELDS.items():
+        if section in part and part[section].get(key, value) == value:
+            part[section].pop(key, None)
+    return config_hash(part)
 
 
 FINGERPRINTED = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json",
