@@ -239,9 +239,12 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     record = json.loads((repo_root / cfg.pretrain.shipped / "pretrain.json").read_text())
     assert cfg.world.twostep_docs and cfg.world.eval_twostep  # the demo has two-step data
     assert record["key"] == pretrain_key(cfg) and record["steps"] == cfg.pretrain.max_steps
-    assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "eval_twostep"}
-    off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0"])
+    assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "noisy_docs", "eval_twostep"}
+    off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0", "world.noisy_docs=500"])
     assert pretrain_key(off) == record["key"]
+    # A field added later counts only away from the value that writes the corpus the model was trained on.
+    assert pretrain_key(load_config(PipelineConfig, demo, ["world.copycall_share=0.0"])) == record["key"]
+    assert pretrain_key(load_config(PipelineConfig, demo, ["world.copycall_share=0.2"])) != record["key"]
     assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]
 
 
@@ -252,8 +255,9 @@ def test_tokenizer_and_probe_texts_leave_the_twostep_documents_out(tmp_path):
     from toolformer.world.pretrain import tokenizer_texts
 
     with_two = generate_world(small_cfg(tmp_path / "a"))
-    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0))
-    assert SMALL["twostep_docs"] and with_two["corpus"].read_bytes() != without["corpus"].read_bytes()
+    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0, noisy_docs=0))
+    assert SMALL["twostep_docs"] and SMALL["noisy_docs"]
+    assert with_two["corpus"].read_bytes() != without["corpus"].read_bytes()
     n = SMALL["corpus_docs"]
     assert tokenizer_texts(with_two, n) == tokenizer_texts(without, n) == tokenizer_texts(without)
     for tool in ("Calculator", "QA"):

@@ -15,7 +15,8 @@ from toolformer.world.corpora import LeakGuard, date_words
 from toolformer.world.entities import Fact
 
 SMALL = dict(towns=14, rivers=3, ranges=2, seas=2, people=18, events=6, pretrain_docs=400, corpus_docs=150,
-             heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16)
+             heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16, noisy_docs=20,
+             copycall_share=0.2)
 
 
 def small_cfg(out: Path, **kw) -> PipelineConfig:
@@ -53,7 +54,8 @@ def test_files_have_their_fields(world):
     assert all(set(d) == {"text"} and d["text"] for d in jsonl(world["pretrain"]))
     assert all(set(d) == {"text"} for d in jsonl(world["heldout"]))
     corpus = jsonl(world["corpus"])
-    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"] and len({d["id"] for d in corpus}) == len(corpus)
+    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"] + SMALL["noisy_docs"]
+    assert len({d["id"] for d in corpus}) == len(corpus)
     for d in corpus:
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", d["date"]) and d["text"] and d["gold_calls"]
     forms = json.loads(world["forms"].read_text())
@@ -104,7 +106,7 @@ def test_twostep_problems_and_documents(world):
         assert [n.replace(",", "") for n in re.findall(r"\d[\d,]*", item.question)] == [a, b, d]
         assert item.question == f"{p['Body']} {p['Question']}" and p["Question"].endswith("?")
         assert not set(re.findall(r"[A-Za-z]+", item.question)) & set(forms["heldout_names"] + forms["heldout_units"])
-    docs = jsonl(world["corpus"])[SMALL["corpus_docs"]:]
+    docs = jsonl(world["corpus"])[SMALL["corpus_docs"]:SMALL["corpus_docs"] + SMALL["twostep_docs"]]
     assert [d["id"] for d in docs] == [f"d{SMALL['corpus_docs'] + i:05d}" for i in range(SMALL["twostep_docs"])]
     for d in docs:
         first, second = d["gold_calls"]
@@ -116,13 +118,36 @@ def test_twostep_problems_and_documents(world):
 def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
     """The two-step documents and problems draw from their own streams: without them every file is the same,
     and the annotation corpus is the same up to them."""
-    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0))
+    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0, noisy_docs=0))
     assert not without["eval_math_twostep"].exists()
     for name, path in without.items():
         if name not in ("summary", "corpus", "eval_math_twostep"):
             assert path.read_bytes() == world[name].read_bytes(), name
     assert world["corpus"].read_bytes().startswith(without["corpus"].read_bytes())
     assert "eval_math_twostep" not in json.loads(without["summary"].read_text())["files"]
+
+
+def test_noisy_documents_copy_their_words_into_the_gold_calls(world, tmp_path):
+    """The noisy annotation documents come last, from their own stream: arithmetic and quizzes in training forms
+    with random words inserted, which a quiz's gold call repeats word for word."""
+    from toolformer.world.corpora import NOISE_WORDS
+
+    first = SMALL["corpus_docs"] + SMALL["twostep_docs"]
+    docs = jsonl(world["corpus"])[first:]
+    assert [d["id"] for d in docs] == [f"d{first + i:05d}" for i in range(SMALL["noisy_docs"])]
+    tools = {g["tool"] for d in docs for g in d["gold_calls"]}
+    assert tools == {"Calculator", "QA"}
+    for d in docs:
+        assert set(re.findall(r"[a-z]+", d["text"])) & set(NOISE_WORDS), d["text"]
+        for g in d["gold_calls"]:
+            if g["tool"] == "QA":
+                assert f"Question: {g['input']} Answer: " in d["text"]
+                assert set(g["input"].replace("?", "").split()) & set(NOISE_WORDS), g
+    without = generate_world(small_cfg(tmp_path, noisy_docs=0))
+    for name, path in without.items():
+        if name not in ("summary", "corpus"):
+            assert path.read_bytes() == world[name].read_bytes(), name
+    assert world["corpus"].read_bytes().startswith(without["corpus"].read_bytes())
 
 
 def test_qa_tool_answers_every_eval_question_and_gold_call(world):
@@ -153,6 +178,29 @@ def test_pretraining_text_has_call_notes_of_every_tool(world):
     problems = [t for t in texts if "The answer is" in t]
     assert len(problems) > 0.05 * len(texts)
     assert sum(t.startswith("Question: ") or "\nQuestion: " in t for t in texts) > 0
+
+
+def test_copycall_documents_copy_their_scrambled_wording_into_the_call(world):
+    """Pre-training's copy-call documents: quizzes and word problems in broken-up wording, the call inline where a
+    tuned model writes it, its input copied from the text (every word of a question, the numbers of a problem)."""
+    style = get_style("plain")
+    from toolformer.world.corpora import NOISE_WORDS
+
+    quizzes = problems = noisy = 0
+    for text in (d["text"] for d in jsonl(world["pretrain"])):
+        for m in re.finditer(r"Question: ([^\n?]*\?) Answer: \[QA\(", text):
+            quizzes += 1
+            noisy += bool(set(m.group(1).replace("?", "").split()) & set(NOISE_WORDS))
+            call = parse_calls(text[m.end() - 4:], style, {"QA"})[0].call
+            assert call.input == m.group(1) and text[m.end() - 4:].split("] ", 1)[1].startswith(call.result)
+        for m in re.finditer(r"The answer is \[Calculator\(([^)]*)\) → (\d+)\] (\d+)\.", text):
+            problems += 1
+            a, _op, b = m.group(1).split()
+            head = text[: m.start()].replace(",", "")
+            assert re.search(rf"(?<!\d){a}(?!\d)", head) and re.search(rf"(?<!\d){b}(?!\d)", head)
+            assert m.group(2) == m.group(3) == calculate(m.group(1))
+    assert quizzes > 20 and problems > 20
+    assert noisy > 20  # SMALL has no noise_share: only the scrambled questions hold random words
 
 
 def test_no_eval_item_appears_in_training_or_annotation_text(world):

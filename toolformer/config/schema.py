@@ -550,6 +550,10 @@ class WorldConfig:
     """Pre-training: share of documents that list numbers and repeat them (they teach in-context copying)."""
     induction_share: float = 0.0
     """Pre-training: share of documents that say a run of arbitrary words, names and numbers twice."""
+    copycall_share: float = 0.0
+    """Pre-training: share of documents with word problems or quiz questions in scrambled wording (words dropped,
+    swapped, inserted) and each one's call inline, where a tuned model writes it: a call's input that can only be
+    copied from the text, not recalled from a form."""
     noise_share: float = 0.0
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""
@@ -581,6 +585,10 @@ class WorldConfig:
     """Annotation documents with a two-step word problem and its worked answer (`The answer is 888 + 150 =
     1038.`), appended to corpus.jsonl after the corpus_docs others; their gold calls are the two steps, the second's
     input starting with the first's result (chained calls)."""
+    noisy_docs: int = 0
+    """Annotation documents like the corpus's word problems, stories and quizzes, with 1-3 random words inserted
+    into every problem and question (what noise_share does in pre-training), appended to corpus.jsonl after the
+    two-step ones: in fine-tuning text a call that repeats them must be copied, not recalled from a form."""
     eval_twostep: int = 0
     """Two-step word problems in eval_math_twostep.json (training forms and words; SVAMP format): a first
     operation on two numbers, then a second on its result and a third number; 0 = no such file."""
@@ -588,7 +596,7 @@ class WorldConfig:
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
                      "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
-                     "induction_share", "noise_share", "separator_share", "heldout_vocabulary"):
+                     "induction_share", "copycall_share", "noise_share", "separator_share", "heldout_vocabulary"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
         if not 1 <= self.heldout_forms_per_op <= 6:
@@ -599,20 +607,22 @@ class WorldConfig:
                      ("copy_share", "induction_share")):
             if getattr(self, a) + getattr(self, b) > 1.0:
                 raise ValueError(f"{a} + {b} exceeds 1")
+        if self.copy_share + self.induction_share + self.copycall_share > 1.0:
+            raise ValueError("copy_share + induction_share + copycall_share exceeds 1")
         if self.math_share + self.quiz_share + self.dated_share > 1.0:
             raise ValueError("math_share + quiz_share + dated_share exceeds 1")
         if self.towns < 2 or self.rivers < 1 or self.ranges < 1 or not 1 <= self.seas <= 6 or self.people < 1:
             raise ValueError("needs at least 2 towns, 1 river, 1 range, 1-6 seas and 1 person")
         if self.events > self.towns:
             raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
-        if self.twostep_docs < 0 or self.eval_twostep < 0:
-            raise ValueError("twostep_docs and eval_twostep must be 0 or more")
+        if self.twostep_docs < 0 or self.eval_twostep < 0 or self.noisy_docs < 0:
+            raise ValueError("twostep_docs, noisy_docs and eval_twostep must be 0 or more")
 
 
 # World fields that shape only the annotation corpus (documents appended after the corpus_docs others) and the
 # evaluation sets, never pretrain.jsonl nor what the tokenizer and probes read: `pretrain_key` leaves them out, so
 # adding one keeps the shipped base model valid (`use_shipped` still checks the sha256 of pretrain.jsonl).
-WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "eval_twostep")
+WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "noisy_docs", "eval_twostep")
 
 
 @dataclass

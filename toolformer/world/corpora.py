@@ -311,6 +311,51 @@ class Writer:
         said = " ".join(run)
         return f"{said}. {rng.choice(INDUCTION_MIDDLES).format(T=rng.choice(self.world.towns))} {said}."
 
+    def scrambled(self, text: str, drop: bool = True) -> str:
+        """``text`` with its wording broken up: 1-3 random words inserted, 1-2 pairs of neighbouring words
+        swapped and, with ``drop``, maybe one word left out. Words with a digit or a capital (numbers, names)
+        and the sentence's first and last words stay where they are, so the text still names what it asks."""
+        rng = self.rng
+        words = text.split(" ")
+        free = lambda i: 0 < i < len(words) - 1 and not re.search(r"[0-9A-Z]", words[i])  # noqa: E731
+        if drop and rng.random() < 0.5:
+            gone = [i for i in range(len(words)) if free(i)]
+            if gone:
+                del words[rng.choice(gone)]
+        for _ in range(rng.randint(1, 2)):
+            pairs = [i for i in range(len(words) - 1) if free(i) and free(i + 1)]
+            if pairs:
+                i = rng.choice(pairs)
+                words[i], words[i + 1] = words[i + 1], words[i]
+        for _ in range(rng.randint(1, 3)):
+            words.insert(rng.randint(1, len(words) - 1), rng.choice(NOISE_WORDS))
+        return " ".join(words)
+
+    def copycall_doc(self) -> str:
+        """Problems and questions in scrambled wording (:meth:`scrambled`), each with its call inline right where
+        a tuned model writes it: a call's input can only be predicted here by copying it from the text, never by
+        recalling a form. Half the documents are 1-3 quiz questions about invented entities (``Question: q
+        Answer: [QA(q) → o] o.``, the question copied word for word), half 1-2 word problems (``... The answer
+        is [Calculator(a op b) → c] c.``)."""
+        rng = self.rng
+        parts = []
+        if rng.random() < 0.5:
+            nonce = self.nonce or NonceFacts(rng, self.world)
+            for _ in range(rng.randint(1, 3)):
+                fact = rng.choice(nonce.facts())
+                heldout = {q for i, q in enumerate(fact.questions) if i not in self.questions[fact.kind]}
+                question = self.scrambled(self.ask(fact))
+                while question in heldout:
+                    question = self.scrambled(self.ask(fact))
+                parts.append(f"Question: {question} Answer: {STYLE.render('QA', question, fact.object)} "
+                             f"{fact.object}.")
+            return " ".join(parts)
+        for _ in range(rng.randint(1, 2)):
+            item = self.item("small")
+            head = self.scrambled(item.prompt(), drop=False)
+            parts.append(f"{head} The answer is {STYLE.render('Calculator', item.call_input, item.c)} {item.c}.")
+        return " ".join(parts)
+
     # -- dates ------------------------------------------------------------------
     def dated_doc(self, date: dt.date) -> tuple[str, list[dict]]:
         """A date mention (the Calendar tool's territory), maybe with arithmetic."""
@@ -330,12 +375,14 @@ class Writer:
 
 
 def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: float, copy_share: float = 0.0,
-                 induction_share: float = 0.0) -> str:
+                 induction_share: float = 0.0, copycall_share: float = 0.0) -> str:
     r = w.rng.random()
     if r < copy_share:
         return w.copy_doc()
     if r < copy_share + induction_share:
         return w.induction_doc()
+    if copycall_share and r < copy_share + induction_share + copycall_share:
+        return w.copycall_doc()
     r = w.rng.random()
     if r < math_share:
         return w.math_doc("small")[0]

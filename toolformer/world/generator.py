@@ -135,6 +135,28 @@ def _twostep_docs(world: World, wc: WorldConfig, split: Split, questions: dict, 
     return rows
 
 
+def _noisy_docs(world: World, wc: WorldConfig, split: Split, questions: dict, facts: list[Fact],
+                guard: LeakGuard, first: int) -> list[dict]:
+    """The ``noisy_docs`` annotation documents, from their own stream, numbered from ``first``: half
+    arithmetic (as the corpus's), half quizzes about ``facts`` (the corpus's own), every problem and question
+    with random words inserted."""
+    rng = random.Random(f"{wc.seed}-noisy")
+    w = Writer(world, rng, facts, split, questions, problem_share=wc.problem_share, filler_share=wc.filler_share,
+               noise_share=1.0, separators=wc.separator_share)
+    groups = _corpus_fact_groups(rng, facts)
+    rows = []
+    for i in range(wc.noisy_docs):
+        date = random_date(rng)
+        if rng.random() < 0.5 or not facts:
+            make = lambda: w.math_doc("large", max_items=2)  # noqa: E731
+        else:
+            chosen = next(groups)
+            make = lambda c=chosen: w.facts_text(c, quiz=True)  # noqa: E731
+        text, gold = _guarded(make, guard, "noisy annotation")
+        rows.append({"id": f"d{first + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
+    return rows
+
+
 def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     """Generate the world of ``cfg.world`` and write its files; return their paths."""
     wc = cfg.world
@@ -160,7 +182,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
                wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share)
     guard = LeakGuard(cor + held)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
-                                wc.induction_share)
+                                wc.induction_share, wc.copycall_share)
     counts["pretrain"] = _write_jsonl(paths["pretrain"], ({"text": _guarded(make, guard, "pre-training")}
                                                           for _ in range(wc.pretrain_docs)))
 
@@ -178,8 +200,10 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         text, gold = _guarded(lambda k=kind, c=chosen, d=date: corpus_doc(w, k, c, d), guard, "annotation")
         rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     rows += _twostep_docs(world, wc, split, train_q, pre + cor, LeakGuard(held))
+    rows += _noisy_docs(world, wc, split, train_q, cor, LeakGuard(held), len(rows))
     counts["corpus"] = _write_jsonl(paths["corpus"], rows)
     counts["corpus_twostep"] = wc.twostep_docs
+    counts["corpus_noisy"] = wc.noisy_docs
 
     w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
                filler_share=wc.filler_share, separators=wc.separator_share)

@@ -47,6 +47,9 @@ from toolformer.world.probe import call_items, call_probe, copy_probe, probe_ite
 
 MANIFEST = "pretrain.json"
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
+# World fields added after base models were shipped, with the value that writes the corpus they were trained on:
+# at that value a field is left out of the key, so the shipped model stays valid.
+WORLD_FIELDS_ADDED = {"copycall_share": 0.0}
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
@@ -151,7 +154,8 @@ def pretrain_key(cfg: PipelineConfig) -> str:
     pre-training settings, the seed."""
     pc = {k: v for k, v in vars(cfg.pretrain).items() if k not in ("output_dir", "threads", "probe_items",
                                                                      "max_steps", "eval_every", "shipped")}
-    world = {k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING}
+    world = {k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING
+             and not (k in WORLD_FIELDS_ADDED and v == WORLD_FIELDS_ADDED[k])}
     return config_hash({"world": world | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
 
 
