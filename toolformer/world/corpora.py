@@ -190,11 +190,16 @@ class Writer:
             if rng.random() < self.filler_share:
                 parts.append(filler(rng, numbers, self.world.towns))
         if self.facts and rng.random() < 0.2:
-            # A known fact between the sentences, as text around numbers would have.
+            # A known fact between the sentences, as text around numbers would have; its gold call is marked
+            # `aside` (the tokenizer and the probes read the corpus without those: see tokenizer_texts).
             k = rng.randint(0, len(parts))
-            parts.insert(k, self.fact_sentence(rng.choice(self.facts)))
+            fact = rng.choice(self.facts)
+            variant = rng.randrange(len(fact.sentences))
+            parts.insert(k, fact.text(variant))
             for g in gold:
                 g["part"] += g["part"] >= k
+            gold.append({"tool": "QA", "input": fact.questions[self.questions[fact.kind][0]], "result": fact.object,
+                         "offset": fact.sentences[variant].index("{o}"), "part": k, "aside": True})
         rng.shuffle(notes)
         return self._join(notes, parts, gold)
 
@@ -224,13 +229,11 @@ class Writer:
         for g in gold:
             char_start = starts[g["part"]] + g["offset"]
             assert text.startswith(g["result"], char_start), (text, g)
-            out.append({"tool": g["tool"], "input": g["input"], "result": g["result"], "char_start": char_start})
+            out.append({"tool": g["tool"], "input": g["input"], "result": g["result"], "char_start": char_start,
+                        **({"aside": True} if g.get("aside") else {})})
         return text, out
 
     # -- facts ------------------------------------------------------------------
-    def fact_sentence(self, fact: Fact) -> str:
-        return fact.text(self.rng.randrange(len(fact.sentences)))
-
     def _fact_part(self, fact: Fact, quiz: bool, question: str = "") -> tuple[str, int]:
         if quiz:
             head = f"Question: {question or self.ask(fact)} Answer: "

@@ -57,12 +57,13 @@ REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 def tokenizer_texts(paths: dict[str, Path], corpus_docs: int = 0) -> list[str]:
     """What the tokenizer learns from: pre-training and annotation texts (the
     first ``corpus_docs`` of corpus.jsonl, 0 = all: not the two-step documents
-    appended after them), the annotation texts with their gold calls inline,
-    the tool names."""
+    appended after them), the annotation texts with their gold calls inline
+    (not the ``aside`` ones of facts stated in passing, recorded after the
+    shipped base model was trained), the tool names."""
     style = get_style("plain")
     corpus = read_jsonl(paths["corpus"], ("text",))[: corpus_docs or None]
     inline = [insert_calls(d["text"], [(g["char_start"], style.render(g["tool"], g["input"], g["result"]))
-                                       for g in d["gold_calls"]]) for d in corpus]
+                                       for g in d["gold_calls"] if not g.get("aside")]) for d in corpus]
     return [*(d["text"] for d in read_jsonl(paths["pretrain"], ("text",))), *(d["text"] for d in corpus), *inline,
             *[f"[{name}(" for name in WORLD_TOOLS] * 1000]  # weighted, so each name becomes one token
 

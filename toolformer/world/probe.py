@@ -76,7 +76,7 @@ def probe_items(corpus_path: str | Path, tool: str, limit: int, seed: int = 0, c
     items = []
     for row in rows:
         for g in row.get("gold_calls", []):
-            if g["tool"] == tool:
+            if g["tool"] == tool and not g.get("aside"):
                 items.append({"doc_id": row["id"], "text": row["text"], **g})
     rng.shuffle(items)
     items = items[:limit]
