@@ -16,7 +16,7 @@ from toolformer.world.entities import Fact
 
 SMALL = dict(towns=14, rivers=3, ranges=2, seas=2, people=18, events=6, pretrain_docs=400, corpus_docs=150,
              heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16, noisy_docs=20,
-             copycall_share=0.2)
+             copycall_share=0.2, cuecall_share=0.1)
 
 
 def small_cfg(out: Path, **kw) -> PipelineConfig:
@@ -201,6 +201,38 @@ def test_copycall_documents_copy_their_scrambled_wording_into_the_call(world):
             assert m.group(2) == m.group(3) == calculate(m.group(1))
     assert quizzes > 20 and problems > 20
     assert noisy > 20  # SMALL has no noise_share: only the scrambled questions hold random words
+
+
+def test_cuecall_documents_take_the_operation_from_their_cue(world):
+    """Loose word problems: two numbers, one cue that only one operation's training forms use, the call inline; + and
+    * in the text's order, - and / the larger number first; cues are never words of held-out forms alone."""
+    from toolformer.world.arithmetic import split_forms
+    from toolformer.world.corpora import CUE_PHRASES, cue_phrases
+
+    cues = cue_phrases(split_forms(0))
+    assert all(cues[op] and set(cues[op]) <= set(CUE_PHRASES[op]) for op in cues)
+    assert not set(cues["+"]) & set(cues["-"]) and "each" not in cues["*"] + cues["/"]  # "each" is in both
+    import random
+
+    from toolformer.world.corpora import Writer
+    from toolformer.world.entities import build_world, split_questions
+
+    wc = small_cfg(Path("unused")).world
+    w = build_world(random.Random(0), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
+    questions = {k: tr for k, (tr, _) in split_questions(0).items()}
+    writer = Writer(w, random.Random(1), [], split_forms(0), questions)
+    ops = set()
+    for _ in range(200):
+        for m in re.finditer(r"([^?.]*)\? The answer is \[Calculator\((\d+) (.) (\d+)\) → (\d+)\] \5\.",
+                             writer.cuecall_doc()):
+            head, x, op, y = m.group(1).replace(",", ""), m.group(2), m.group(3), m.group(4)
+            ops.add(op)
+            said = re.findall(r"\d+", head)
+            assert calculate(f"{x} {op} {y}") == m.group(5)
+            assert [x, y] == (said if op in "+*" else sorted(said, key=int, reverse=True)), m.group(0)
+            assert [c for c in cues[op] if re.search(rf"\b{c}\b", head)], m.group(0)
+    assert ops == set("+-*/")
+    assert sum("? The answer is [Calculator(" in d["text"] for d in jsonl(world["pretrain"])) > 20
 
 
 def test_no_eval_item_appears_in_training_or_annotation_text(world):

@@ -554,6 +554,10 @@ class WorldConfig:
     """Pre-training: share of documents with word problems or quiz questions in scrambled wording (words dropped,
     swapped, inserted) and each one's call inline, where a tuned model writes it: a call's input that can only be
     copied from the text, not recalled from a form."""
+    cuecall_share: float = 0.0
+    """Pre-training: share of documents with word problems of loose words around two numbers and one cue of an
+    operation (a phrase only that operation's training forms use), the call inline: + and * in the text's order,
+    - and / the larger number first."""
     noise_share: float = 0.0
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""
@@ -596,7 +600,8 @@ class WorldConfig:
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
                      "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
-                     "induction_share", "copycall_share", "noise_share", "separator_share", "heldout_vocabulary"):
+                     "induction_share", "copycall_share", "cuecall_share", "noise_share", "separator_share",
+                     "heldout_vocabulary"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
         if not 1 <= self.heldout_forms_per_op <= 6:
@@ -607,8 +612,8 @@ class WorldConfig:
                      ("copy_share", "induction_share")):
             if getattr(self, a) + getattr(self, b) > 1.0:
                 raise ValueError(f"{a} + {b} exceeds 1")
-        if self.copy_share + self.induction_share + self.copycall_share > 1.0:
-            raise ValueError("copy_share + induction_share + copycall_share exceeds 1")
+        if self.copy_share + self.induction_share + self.copycall_share + self.cuecall_share > 1.0:
+            raise ValueError("copy_share + induction_share + copycall_share + cuecall_share exceeds 1")
         if self.math_share + self.quiz_share + self.dated_share > 1.0:
             raise ValueError("math_share + quiz_share + dated_share exceeds 1")
         if self.towns < 2 or self.rivers < 1 or self.ranges < 1 or not 1 <= self.seas <= 6 or self.people < 1:

@@ -37,6 +37,7 @@ from toolformer.world.arithmetic import (
     filler,
     make_item,
     make_twostep,
+    written,
 )
 from toolformer.world.entities import TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 
@@ -359,6 +360,29 @@ class Writer:
             parts.append(f"{head} The answer is {STYLE.render('Calculator', item.call_input, item.c)} {item.c}.")
         return " ".join(parts)
 
+    def cuecall_doc(self) -> str:
+        """1-2 word problems of loose words around two numbers and one cue of an operation (:func:`cue_phrases`:
+        a phrase only that operation's training forms use), each with its call inline: the operation follows the
+        cue, not a form; + and * take the numbers in the order the text gives them, - and / the larger first, in
+        either order of the text."""
+        rng = self.rng
+        cues = cue_phrases(self.split)
+        parts = []
+        for _ in range(rng.randint(1, 2)):
+            op = rng.choice([o for o in OPS if cues[o]])
+            item = self.item("small", op)
+            first, second = (item.a, item.b) if rng.random() < 0.5 else (item.b, item.a)
+            units = item.slots["units"]
+            loose = lambda lo, hi: [rng.choice(LOOSE_WORDS) for _ in range(rng.randint(lo, hi))]  # noqa: E731
+            slots = [[], [], []]
+            rng.choice(slots).append(rng.choice(cues[op]))
+            a, b = written(first, item.separators), written(second, item.separators)
+            words = [rng.choice([item.slots["T"], item.slots["P"]]), *loose(1, 2), *slots[0], a, units,
+                     *loose(0, 3), *slots[1], b, units, *loose(0, 2), *slots[2]]
+            call = f"{first} {op} {second}" if op in "+*" else item.call_input
+            parts.append(f"{' '.join(words)}? The answer is {STYLE.render('Calculator', call, item.c)} {item.c}.")
+        return " ".join(parts)
+
     # -- dates ------------------------------------------------------------------
     def dated_doc(self, date: dt.date) -> tuple[str, list[dict]]:
         """A date mention (the Calendar tool's territory), maybe with arithmetic."""
@@ -377,8 +401,30 @@ class Writer:
         return self._join(notes, parts, gold)
 
 
+# Cues of the operations, kept per split to those that only the operation's own training forms use.
+CUE_PHRASES = {
+    "+": ["in all", "in total", "altogether", "together", "the sum", "more", "received", "added", "collected"],
+    "-": ["left", "remained", "remain", "away", "lost", "spent", "fewer", "the difference", "still"],
+    "*": ["each", "every", "per", "times as many", "rows", "loaded", "packed", "carried", "earns"],
+    "/": ["equally", "shared", "split", "divided", "equal", "among", "the same number"],
+}
+# Words with no arithmetic meaning, for cuecall_doc's loose problems.
+LOOSE_WORDS = (*NOISE_WORDS[:12], "the", "and", "of", "at", "with", "then", "there", "were", "had", "has", "some")
+
+
+def cue_phrases(split: Split) -> dict[str, list[str]]:
+    """Per operation, the phrases of :data:`CUE_PHRASES` that a training form of that operation contains and no
+    training form of another operation does (held-out forms are not looked at)."""
+    def text(f) -> str:
+        return f" {f.story} {f.body} {f.question} ".lower()
+
+    has = lambda phrase, forms: any(re.search(rf"\b{re.escape(phrase)}\b", text(f)) for f in forms)  # noqa: E731
+    return {op: [c for c in CUE_PHRASES[op] if has(c, split.forms(op))
+                 and not any(has(c, split.forms(o)) for o in OPS if o != op)] for op in OPS}
+
+
 def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: float, copy_share: float = 0.0,
-                 induction_share: float = 0.0, copycall_share: float = 0.0) -> str:
+                 induction_share: float = 0.0, copycall_share: float = 0.0, cuecall_share: float = 0.0) -> str:
     r = w.rng.random()
     if r < copy_share:
         return w.copy_doc()
@@ -386,6 +432,8 @@ def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: f
         return w.induction_doc()
     if copycall_share and r < copy_share + induction_share + copycall_share:
         return w.copycall_doc()
+    if cuecall_share and r < copy_share + induction_share + copycall_share + cuecall_share:
+        return w.cuecall_doc()
     r = w.rng.random()
     if r < math_share:
         return w.math_doc("small")[0]

@@ -182,7 +182,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
                wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share)
     guard = LeakGuard(cor + held)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
-                                wc.induction_share, wc.copycall_share)
+                                wc.induction_share, wc.copycall_share, wc.cuecall_share)
     counts["pretrain"] = _write_jsonl(paths["pretrain"], ({"text": _guarded(make, guard, "pre-training")}
                                                           for _ in range(wc.pretrain_docs)))
 
