@@ -235,6 +235,25 @@ def test_cuecall_documents_take_the_operation_from_their_cue(world):
     assert sum("? The answer is [Calculator(" in d["text"] for d in jsonl(world["pretrain"])) > 20
 
 
+def test_text_order_writes_commutative_calls_as_the_text_says_them(tmp_path):
+    """world.text_order: the notes and gold calls of + and * take the numbers in the order the text states them;
+    - and / keep a op b; the texts themselves are unchanged."""
+    plain = generate_world(small_cfg(tmp_path / "a"))
+    ordered = generate_world(small_cfg(tmp_path / "b", text_order=True))
+    swapped = 0
+    for d0, d1 in zip(jsonl(plain["corpus"]), jsonl(ordered["corpus"])):
+        assert d0["text"] == d1["text"]
+        for g0, g1 in zip(d0["gold_calls"], d1["gold_calls"]):
+            if g0["tool"] != "Calculator" or g0["input"] == g1["input"]:
+                continue
+            a, op, b = g0["input"].split()
+            assert op in "+*" and g1["input"] == f"{b} {op} {a}" and g1["result"] == g0["result"]
+            head = d1["text"][: g1["char_start"]].replace(",", "")
+            assert head.rindex(b) < head.rindex(a)  # the text says b first
+            swapped += 1
+    assert swapped > 3
+
+
 def test_no_eval_item_appears_in_training_or_annotation_text(world):
     texts = [d["text"] for d in jsonl(world["pretrain"]) + jsonl(world["corpus"]) + jsonl(world["heldout"])]
     blob = "\n".join(texts)

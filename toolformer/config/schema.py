@@ -554,6 +554,9 @@ class WorldConfig:
     """Pre-training: share of documents with word problems or quiz questions in scrambled wording (words dropped,
     swapped, inserted) and each one's call inline, where a tuned model writes it: a call's input that can only be
     copied from the text, not recalled from a form."""
+    text_order: bool = False
+    """Calls of + and * state their numbers in the order the text does (`b + a` for a form that says b first), in
+    pre-training notes and gold calls, as the filter keeps them; false: always `a op b`."""
     cuecall_share: float = 0.0
     """Pre-training: share of documents with word problems of loose words around two numbers and one cue of an
     operation (a phrase only that operation's training forms use), the call inline: + and * in the text's order,

@@ -108,7 +108,7 @@ class Writer:
     def __init__(self, world: World, rng: random.Random, facts: list[Fact], split: Split,
                  questions: dict[str, list[int]], note_share: float = 0.0, earlier_share: float = 0.0,
                  problem_share: float = 0.3, filler_share: float = 0.5, nonce_share: float = 0.0,
-                 noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False):
+                 noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False, text_order: bool = False):
         """``split`` and ``questions`` (kind -> indices of the question forms
         to use) say which forms and words this corpus may use; ``heldout``
         picks the held-out forms and, for half the items, held-out words."""
@@ -124,6 +124,7 @@ class Writer:
         self.note_share, self.earlier_share = note_share, earlier_share
         self.problem_share, self.filler_share = problem_share, filler_share
         self.noise_share, self.separators = noise_share, separators
+        self.text_order = text_order
 
     def ask(self, fact: Fact) -> str:
         """One of the question forms this corpus may use for ``fact``."""
@@ -137,6 +138,14 @@ class Writer:
         return " ".join(words)
 
     # -- arithmetic ------------------------------------------------------------
+    def call_input(self, item: Item) -> str:
+        """The call of ``item`` as this corpus writes it: ``a op b``, or with ``text_order`` the numbers of + and *
+        in the order the text states them (``b op a`` for a reversed form), as the filter keeps them (both orders
+        give the same result, and the one the text shows comes first)."""
+        if self.text_order and item.form.reversed and item.op in "+*":
+            return f"{item.b} {item.op} {item.a}"
+        return item.call_input
+
     def item(self, size: str, op: str | None = None) -> Item:
         sp, rng = self.split, self.rng
         op = op or rng.choice(OPS)
@@ -181,11 +190,11 @@ class Writer:
                 sentence, offset = head + sentence[offset:], len(head)
             if mode < self.note_share:
                 sentence, offset = self._note(notes, sentence, offset,
-                                              STYLE.render("Calculator", item.call_input, item.c))
+                                              STYLE.render("Calculator", self.call_input(item), item.c))
             elif mode < self.note_share + self.earlier_share:
                 parts.append(earlier(rng, item))
             parts.append(sentence)
-            gold.append({"tool": "Calculator", "input": item.call_input, "result": item.c, "offset": offset,
+            gold.append({"tool": "Calculator", "input": self.call_input(item), "result": item.c, "offset": offset,
                          "part": len(parts) - 1})
             numbers += item.numbers()
             if rng.random() < self.filler_share:
@@ -357,7 +366,7 @@ class Writer:
         for _ in range(rng.randint(1, 2)):
             item = self.item("small")
             head = self.scrambled(item.prompt(), drop=False)
-            parts.append(f"{head} The answer is {STYLE.render('Calculator', item.call_input, item.c)} {item.c}.")
+            parts.append(f"{head} The answer is {STYLE.render('Calculator', self.call_input(item), item.c)} {item.c}.")
         return " ".join(parts)
 
     def cuecall_doc(self) -> str:
@@ -396,7 +405,7 @@ class Writer:
             item = self.item("small")
             sentence, offset = item.story()
             parts.append(sentence)
-            gold.append({"tool": "Calculator", "input": item.call_input, "result": item.c, "offset": offset,
+            gold.append({"tool": "Calculator", "input": self.call_input(item), "result": item.c, "offset": offset,
                          "part": 1})
         return self._join(notes, parts, gold)
 

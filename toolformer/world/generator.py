@@ -126,7 +126,8 @@ def _twostep_docs(world: World, wc: WorldConfig, split: Split, questions: dict, 
     """The ``twostep_docs`` annotation documents (a two-step problem and its worked answer), from their own
     stream, numbered after the ``corpus_docs`` others."""
     rng = random.Random(f"{wc.seed}-twostep")
-    w = Writer(world, rng, facts, split, questions, filler_share=wc.filler_share, separators=wc.separator_share)
+    w = Writer(world, rng, facts, split, questions, filler_share=wc.filler_share, separators=wc.separator_share,
+               text_order=wc.text_order)
     rows = []
     for i in range(wc.twostep_docs):
         date = random_date(rng)
@@ -142,7 +143,7 @@ def _noisy_docs(world: World, wc: WorldConfig, split: Split, questions: dict, fa
     with random words inserted."""
     rng = random.Random(f"{wc.seed}-noisy")
     w = Writer(world, rng, facts, split, questions, problem_share=wc.problem_share, filler_share=wc.filler_share,
-               noise_share=1.0, separators=wc.separator_share)
+               noise_share=1.0, separators=wc.separator_share, text_order=wc.text_order)
     groups = _corpus_fact_groups(rng, facts)
     rows = []
     for i in range(wc.noisy_docs):
@@ -179,7 +180,8 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
 
     # Each file draws from its own stream, so changing one count leaves the other files as they were.
     w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, split, train_q, wc.note_share, wc.earlier_share,
-               wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share)
+               wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share,
+               text_order=wc.text_order)
     guard = LeakGuard(cor + held)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
                                 wc.induction_share, wc.copycall_share, wc.cuecall_share)
@@ -188,7 +190,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
 
     rng = random.Random(f"{wc.seed}-corpus")
     w = Writer(world, rng, pre + cor, split, train_q, problem_share=wc.problem_share, filler_share=wc.filler_share,
-               separators=wc.separator_share)
+               separators=wc.separator_share, text_order=wc.text_order)
     guard = LeakGuard(held)
     groups = _corpus_fact_groups(rng, cor)
     rows = []
@@ -206,7 +208,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     counts["corpus_noisy"] = wc.noisy_docs
 
     w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
-               filler_share=wc.filler_share, separators=wc.separator_share)
+               filler_share=wc.filler_share, separators=wc.separator_share, text_order=wc.text_order)
     guard = LeakGuard(cor + held)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share)  # noqa: E731
     counts["heldout"] = _write_jsonl(paths["heldout"], ({"text": _guarded(make, guard, "held-out")}
