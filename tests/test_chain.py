@@ -139,7 +139,7 @@ def twostep_run(tmp_path, n_docs: int, *overrides):
 
     from toolformer.world import generate_world
 
-    world = generate_world(small_cfg(tmp_path / "w", twostep_docs=n_docs))
+    world = generate_world(small_cfg(tmp_path / "w", twostep_docs=n_docs, noisy_docs=0))
     docs = read_jsonl(world["corpus"])[-n_docs:]
     write_jsonl(tmp_path / "twostep.jsonl", docs)
     cfg = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [

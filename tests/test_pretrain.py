@@ -243,8 +243,10 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0", "world.noisy_docs=500"])
     assert pretrain_key(off) == record["key"]
     # A field added later counts only away from the value that writes the corpus the model was trained on.
-    assert pretrain_key(load_config(PipelineConfig, demo, ["world.copycall_share=0.0"])) == record["key"]
-    assert pretrain_key(load_config(PipelineConfig, demo, ["world.copycall_share=0.2"])) != record["key"]
+    at_default = ["world.cuecall_share=0.0", "world.text_order=false"]
+    assert pretrain_key(load_config(PipelineConfig, demo, at_default)) == record["key"]
+    for changed in ("world.cuecall_share=0.1", "world.text_order=true", "world.copycall_share=0.2"):
+        assert pretrain_key(load_config(PipelineConfig, demo, [changed])) != record["key"], changed
     assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]
 
 
