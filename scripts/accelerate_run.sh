@@ -15,5 +15,8 @@ if [ "$n" -le 1 ]; then
 fi
 # --multi_gpu starts N processes through torchrun, also without CUDA (toolformer then joins them with gloo);
 # `--cpu --num_processes N` would start only one unless MPI is set up.
-exec "$python" -m accelerate.commands.launch --multi_gpu --num_processes "$n" --num_machines 1 \
+# MAIN_PROCESS_PORT chooses the rendezvous port (torchrun's default, 29500, is shared by every launch).
+port=()
+if [ -n "${MAIN_PROCESS_PORT:-}" ]; then port=(--main_process_port "$MAIN_PROCESS_PORT"); fi
+exec "$python" -m accelerate.commands.launch --multi_gpu --num_processes "$n" --num_machines 1 "${port[@]}" \
     --mixed_precision no --dynamo_backend no -m toolformer.cli "$@"

@@ -23,12 +23,22 @@ def overrides(model_dir, run_dir):
             "model.threads=1"]  # the same threads per process: float sums in the same order in both runs
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def launch(n: int, args: list[str], env: dict | None = None) -> subprocess.CompletedProcess:
+    """N processes on a port of their own (a launch right after another must not meet its rendezvous)."""
     import os
 
     return subprocess.run(["bash", str(ROOT / "scripts" / "accelerate_run.sh"), str(n), *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", **(env or {})})
+                          env={**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1",
+                               "MAIN_PROCESS_PORT": str(free_port()), **(env or {})})
 
 
 def key(r: dict) -> tuple:
@@ -69,7 +79,7 @@ def test_a_rank_killed_mid_filter_resumes_to_the_same_records(tiny_model_dir, tm
     assert killed.returncode != 0
     assert not (run_dir / "filter" / "manifest.json").exists() and not (run_dir / "build").exists()
     done = sorted(p.name for p in (run_dir / "filter").glob("shard-*.jsonl"))
-    assert "shard-00001.jsonl" in done  # rank 1's first shard was written before the kill
+    assert "shard-00001.jsonl" in done, killed.stderr[-3000:]  # rank 1's first shard was written before the kill
     again = launch(2, args)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "filter: resuming after" in again.stdout
