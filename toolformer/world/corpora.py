@@ -19,6 +19,7 @@ calls, the second on the first one's result (chained calls).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import random
 import re
 from collections import defaultdict
@@ -421,6 +422,7 @@ CUE_PHRASES = {
 LOOSE_WORDS = (*NOISE_WORDS[:12], "the", "and", "of", "at", "with", "then", "there", "were", "had", "has", "some")
 
 
+@functools.cache
 def cue_phrases(split: Split) -> dict[str, list[str]]:
     """Per operation, the phrases of :data:`CUE_PHRASES` that a training form of that operation contains and no
     training form of another operation does (held-out forms are not looked at)."""
