@@ -239,6 +239,9 @@ class SampleConfig:
     model: str = ""
     """Model the sampler scores positions and samples calls with; empty = model.path (the base model). A second
     round of self-training samples with the round-1 model: sample.model=RUN_DIR/model sample.prompt=none."""
+    word_starts: bool = False
+    """Sample only at positions where a word or number starts, not inside one (not in the paper, which samples at
+    every token: with one token per digit a model's call can otherwise land between two digits of a number)."""
 
     def validate(self) -> None:
         if self.prompt not in SAMPLE_PROMPTS:

@@ -74,6 +74,7 @@ ADDED_FIELDS: dict[tuple[str, str], Any] = {
     ("sample", "prompt"): "few-shot",
     ("sample", "model"): "",
     ("filter", "model"): "",
+    ("sample", "word_starts"): False,
 }
 
 
