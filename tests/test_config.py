@@ -77,8 +77,9 @@ def test_shipped_configs_load_and_say_how_to_run(repo_root: Path):
 
 
 def test_fields_added_at_their_old_behaviour_leave_stage_hashes_alone():
-    """A run made before sample.prompt / sample.model / filter.model existed stays fresh after an upgrade; setting
-    one of them makes the stages that read it stale."""
+    """A run made before the fields of stages.ADDED_FIELDS existed (sample.prompt, sample.model,
+    sample.word_starts, filter.model) stays fresh after an upgrade; setting one makes the stages that read it
+    stale."""
     from toolformer.config.load import config_hash, to_dict
     from toolformer.stages import ADDED_FIELDS, COMMON, stage_hash
 
@@ -87,10 +88,13 @@ def test_fields_added_at_their_old_behaviour_leave_stage_hashes_alone():
     for stage in ("sample", "filter", "finetune"):
         upto = STAGES[: STAGES.index(stage) + 1]
         before = {k: dict(d[k]) if isinstance(d[k], dict) else d[k] for k in (*COMMON, *upto)}
-        for section, key in ADDED_FIELDS:
-            if section in before:
-                del before[section][key]  # the config as it was before the field existed
+        for section, fields in ADDED_FIELDS.items():
+            for key in fields:
+                if section in before:
+                    del before[section][key]  # the config as it was before the field existed
         assert stage_hash(cfg, stage) == config_hash(before), stage
     assert stage_hash(replace(cfg, sample=replace(cfg.sample, prompt="none")), "sample") != stage_hash(cfg, "sample")
     assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "filter") != stage_hash(cfg, "filter")
+    on = replace(cfg, sample=replace(cfg.sample, word_starts=True))
+    assert stage_hash(on, "sample") != stage_hash(cfg, "sample")
     assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "sample") == stage_hash(cfg, "sample")

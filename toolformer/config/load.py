@@ -217,5 +217,11 @@ def config_hash(obj: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def without_added(section: dict, added: dict[str, Any]) -> dict:
+    """``section`` without the fields added after results existed that still hold the value giving the old
+    behaviour (``added``: field -> that value): hashed without them, an upgrade leaves old results valid."""
+    return {k: v for k, v in section.items() if not (k in added and v == added[k])}
+
+
 def dump_yaml(obj: Any) -> str:
     return yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True)

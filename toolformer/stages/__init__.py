@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolformer.config.load import config_hash, to_dict
+from toolformer.config.load import config_hash, to_dict, without_added
 from toolformer.config.schema import STAGES, PipelineConfig
 from toolformer.run.folder import Stage, count_records, iter_jsonl, run_sharded, upstream_total
 from toolformer.run.parallel import Ranks, ranks
@@ -70,11 +70,9 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = 
 # Config fields added after runs existed, with the value that keeps what runs did before them: at that value a
 # field is left out of the stage hash, so upgrading does not make finished stages stale. A new field whose
 # default changes nothing goes here; one that changes results does not.
-ADDED_FIELDS: dict[tuple[str, str], Any] = {
-    ("sample", "prompt"): "few-shot",
-    ("sample", "model"): "",
-    ("filter", "model"): "",
-    ("sample", "word_starts"): False,
+ADDED_FIELDS: dict[str, dict[str, Any]] = {
+    "sample": {"prompt": "few-shot", "model": "", "word_starts": False},
+    "filter": {"model": ""},
 }
 
 
@@ -82,10 +80,8 @@ def stage_hash(cfg: PipelineConfig, name: str) -> str:
     """Hash of the config a stage's output depends on (decides if it is stale)."""
     d = to_dict(cfg)
     upto = STAGES[: STAGES.index(name) + 1]
-    part = {k: dict(d[k]) if isinstance(d[k], dict) else d[k] for k in (*COMMON, *upto)}
-    for (section, key), value in ADDED_FIELDS.items():
-        if section in part and part[section].get(key, value) == value:
-            part[section].pop(key, None)
+    part = {k: without_added(d[k], ADDED_FIELDS.get(k, {})) if isinstance(d[k], dict) else d[k]
+            for k in (*COMMON, *upto)}
     return config_hash(part)
 
 

@@ -38,7 +38,7 @@ import shutil
 import time
 from pathlib import Path
 
-from toolformer.config.load import config_hash, dump_yaml
+from toolformer.config.load import config_hash, dump_yaml, without_added
 from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
 from toolformer.lm.modeling import set_threads
 from toolformer.run.folder import atomic_write_text, read_jsonl, versions
@@ -156,8 +156,8 @@ def pretrain_key(cfg: PipelineConfig) -> str:
     pre-training settings, the seed."""
     pc = {k: v for k, v in vars(cfg.pretrain).items() if k not in ("output_dir", "threads", "probe_items",
                                                                      "max_steps", "eval_every", "shipped")}
-    world = {k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING
-             and not (k in WORLD_FIELDS_ADDED and v == WORLD_FIELDS_ADDED[k])}
+    world = without_added({k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING},
+                          WORLD_FIELDS_ADDED)
     return config_hash({"world": world | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
 
 
