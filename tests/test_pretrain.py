@@ -1,3 +1,4 @@
+import copy
 import json
 import math
 
@@ -232,7 +233,7 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     annotation corpus's appended documents and the evaluation sets (the two-step ones); others still count."""
     from toolformer.config.load import load_config
     from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
-    from toolformer.world.pretrain import pretrain_key
+    from toolformer.world.pretrain import WORLD_FIELDS_ADDED, pretrain_key
 
     demo = repo_root / "configs" / "demo.yaml"
     cfg = load_config(PipelineConfig, demo)
@@ -242,10 +243,15 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "noisy_docs", "eval_twostep"}
     off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0", "world.noisy_docs=500"])
     assert pretrain_key(off) == record["key"]
-    # A field added later counts only away from the value that writes the corpus the model was trained on.
-    at_default = ["world.cuecall_share=0.0", "world.text_order=false"]
-    assert pretrain_key(load_config(PipelineConfig, demo, at_default)) == record["key"]
-    for changed in ("world.cuecall_share=0.1", "world.text_order=true", "world.copycall_share=0.2"):
+    # A field added later counts only away from the value that writes the corpus older models were trained on:
+    # at that value the key is the one of the config before the field existed.
+    old = load_config(PipelineConfig, demo, ["world.copycall_share=0.0", "world.cuecall_share=0.0",
+                                             "world.text_order=false"])
+    before = copy.deepcopy(old)
+    for name in WORLD_FIELDS_ADDED:
+        delattr(before.world, name)
+    assert pretrain_key(old) == pretrain_key(before) != record["key"]
+    for changed in ("world.cuecall_share=0.1", "world.text_order=false", "world.copycall_share=0.2"):
         assert pretrain_key(load_config(PipelineConfig, demo, [changed])) != record["key"], changed
     assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]
 
