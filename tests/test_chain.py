@@ -134,7 +134,7 @@ def test_inline_calls_and_offsets_back():
 
 def twostep_run(tmp_path, n_docs: int, *overrides):
     """A run folder of the demo config on ``n_docs`` two-step documents of a small world, the shipped base model,
-    Calculator rules only; returns (config, documents)."""
+    Calculator rules only, filtered at the paper's tau_f 0.5 for the calculator; returns (config, documents)."""
     from test_world import small_cfg
 
     from toolformer.world import generate_world
@@ -145,7 +145,7 @@ def twostep_run(tmp_path, n_docs: int, *overrides):
     cfg = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [
         f"run_dir={tmp_path / 'run'}", f"model.path={ROOT / 'data' / 'world-base'}",
         f"corpus.path={tmp_path / 'twostep.jsonl'}", "tools.enabled=[Calculator]", "sample.method={Calculator: rules}",
-        "build.plain_ratio=0", "shard_size=3", *overrides])
+        "build.plain_ratio=0", "shard_size=3", "filter.per_tool_tau={Calculator: 0.5}", *overrides])
     return cfg, docs
 
 
