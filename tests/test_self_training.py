@@ -122,9 +122,11 @@ def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tin
     assert candidates("QA(Who sold eggs?)]", k_calc=3, k_qa=0) == []  # QA kept no position
 
 
-def test_word_starts_keeps_sampled_calls_out_of_words_and_numbers(tiny_model_dir):
+@pytest.mark.parametrize("prompt", ["none", "few-shot"])
+def test_word_starts_keeps_sampled_calls_out_of_words_and_numbers(tiny_model_dir, prompt):
     """sample.word_starts: the sampler's positions stand between words, never between two digits of a number
-    (the round-1 model's calls inside numbers); off, the paper's sampler uses every position."""
+    (the round-1 model's calls inside numbers); off, the paper's sampler uses every position. Both samplers: one
+    for every tool without a prompt, one per tool with its few-shot prompt."""
     import torch
     from test_sampler import ScriptedLM
     from transformers import AutoTokenizer
@@ -132,6 +134,7 @@ def test_word_starts_keeps_sampled_calls_out_of_words_and_numbers(tiny_model_dir
     from toolformer.lm.sampler import Sampler
     from toolformer.lm.textpos import marker_token_ids, starts_word, tokenize_text
     from toolformer.stages.sample import ANY_TOOL, annotate_group
+    from toolformer.tools import REGISTRY, render_prompt
     from toolformer.tools.calls import STYLES
 
     text = "The farm sold 43,516 eggs and 2.5 tons, 615 in all."
@@ -139,16 +142,22 @@ def test_word_starts_keeps_sampled_calls_out_of_words_and_numbers(tiny_model_dir
         True, False, False, False, True, True]
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     tt = tokenize_text(tok, text)
-    lm = ScriptedLM(len(tok), tok("Calculator(1 + 2) → 3]", add_special_tokens=False)["input_ids"],
+    lm = ScriptedLM(len(tok), tok("Calculator(1 + 2)]", add_special_tokens=False)["input_ids"],
                     marker_token_ids(tok, "["))
-    samplers = {ANY_TOOL: Sampler(lm, tok, STYLES["plain"], None, [tok.bos_token_id])}
+    style = STYLES["plain"]
+    if prompt == "none":
+        samplers = {ANY_TOOL: Sampler(lm, tok, style, None, [tok.bos_token_id])}
+    else:
+        few_shot = render_prompt(REGISTRY["Calculator"], "{text}", style)
+        samplers = {"Calculator": Sampler(lm, tok, style, few_shot, [tok.bos_token_id])}
     settings = {"Calculator": (0.0, len(tt.ids), 1, "sampler", "Calculator")}
 
     def starts(*overrides) -> list[int]:
-        cfg = load_config(PipelineConfig, None, ["sample.prompt=none", "sample.prefilter=false",
+        cfg = load_config(PipelineConfig, None, [f"sample.prompt={prompt}", "sample.prefilter=false",
                                                  "sample.max_new_tokens=12", *overrides])
         torch.manual_seed(0)
         records, _ = annotate_group(cfg, tok, settings, samplers, [{"doc_id": "d", "text": text}])
+        assert {r["input"] for r in records} <= {"1 + 2"}
         return sorted(r["char_start"] for r in records)
 
     every = starts()

@@ -436,15 +436,12 @@ def cue_phrases(split: Split) -> dict[str, list[str]]:
 
 def pretrain_doc(w: Writer, math_share: float, quiz_share: float, dated_share: float, copy_share: float = 0.0,
                  induction_share: float = 0.0, copycall_share: float = 0.0, cuecall_share: float = 0.0) -> str:
-    r = w.rng.random()
-    if r < copy_share:
-        return w.copy_doc()
-    if r < copy_share + induction_share:
-        return w.induction_doc()
-    if copycall_share and r < copy_share + induction_share + copycall_share:
-        return w.copycall_doc()
-    if cuecall_share and r < copy_share + induction_share + copycall_share + cuecall_share:
-        return w.cuecall_doc()
+    r, edge = w.rng.random(), 0.0
+    for share, special in ((copy_share, w.copy_doc), (induction_share, w.induction_doc),
+                           (copycall_share, w.copycall_doc), (cuecall_share, w.cuecall_doc)):
+        edge += share
+        if r < edge:
+            return special()
     r = w.rng.random()
     if r < math_share:
         return w.math_doc("small")[0]
