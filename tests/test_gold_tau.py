@@ -1,0 +1,40 @@
+"""scripts/gold_by_tau.py: the kept calls' precision and recall at other tau_f, from the filter's records."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_inspect import GOLD_DOCS, GOLD_RUN_CALLS, make_run
+
+from toolformer.inspect.sweep import gold_by_tau
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_precision_and_recall_at_each_threshold(tmp_path):
+    # Calculator margins: 2.1 right at g0, 1.0 wrong at g1's gold, 1.8 wrong 4 characters early, 0.6 in a document
+    # without gold calls, 1.5 in one not annotated (not judged).
+    run = make_run(tmp_path, docs=GOLD_DOCS, calls=GOLD_RUN_CALLS)
+    rows = gold_by_tau(run, "Calculator", [0.5, 1.5, 3.0])
+    assert rows == [
+        {"tau": 0.5, "kept": 4, "kept_right": 1, "precision": 0.25, "recall": 1.0},  # what the filter kept
+        {"tau": 1.5, "kept": 2, "kept_right": 1, "precision": 0.5, "recall": 0.5},
+        {"tau": 3.0, "kept": 0, "kept_right": 0, "precision": None, "recall": 0.0}]
+    assert gold_by_tau(run, "QA", [1.0])[0]["kept"] == 2
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "gold_by_tau.py"), str(run), "--tau", "1.5"],
+                         capture_output=True, text=True, check=True).stdout
+    assert out == "Calculator tau_f 1.5: kept 2 (1 right), precision 50.0 %, recall 50.0 %\n"
+
+
+def test_a_run_without_gold_or_filter_says_so(tmp_path):
+    docs = [{k: v for k, v in d.items() if k != "gold_calls"} for d in GOLD_DOCS]
+    run = make_run(tmp_path / "a", docs=docs, calls=GOLD_RUN_CALLS)
+    with pytest.raises(ValueError, match="no gold call of Calculator"):
+        gold_by_tau(run, "Calculator", [1.0])
+    bare = make_run(tmp_path / "b", stages=("sample",), docs=GOLD_DOCS, calls=GOLD_RUN_CALLS)
+    with pytest.raises(FileNotFoundError, match="no filter stage"):
+        gold_by_tau(bare, "Calculator", [1.0])
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "gold_by_tau.py"), str(bare)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "no filter stage" in done.stderr

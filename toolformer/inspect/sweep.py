@@ -1,0 +1,34 @@
+"""Kept calls against gold calls at other thresholds: what the filter would have kept at each tau_f, counted from
+the L⁻ and L⁺ its records hold (no model runs), and how many of those calls are right
+(:func:`toolformer.inspect.view.match_gold`). ``python scripts/gold_by_tau.py RUN_DIR`` prints it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolformer.inspect.view import match_gold, read_stage
+from toolformer.lm.losses import is_kept
+from toolformer.run.folder import read_documents
+
+
+def gold_by_tau(run_dir: str | Path, tool: str, taus: list[float]) -> list[dict]:
+    """Per tau_f in ``taus``: ``{"tau", "kept", "kept_right", "precision", "recall"}`` of ``tool``'s calls had the
+    filter kept those with L⁻ − L⁺ ≥ tau_f (the other tools' calls as they were). Raises FileNotFoundError
+    without a filter stage and ValueError when the run's documents hold no gold call of ``tool``."""
+    run_dir = Path(run_dir)
+    filt = read_stage(run_dir, "filter")
+    if filt.state == "missing":
+        raise FileNotFoundError(f"{run_dir}: no filter stage (toolformer filter)")
+    documents = read_documents(run_dir)
+    rows = []
+    for tau in taus:
+        calls = [r | {"kept": is_kept(r["loss_minus"], r["loss_plus"], tau)}
+                 if r["tool"] == tool and r.get("loss_minus") is not None and r.get("loss_plus") is not None else r
+                 for r in filt.records]
+        matched = match_gold(calls, documents)
+        if matched is None or tool not in matched["per_tool"]:
+            raise ValueError(f"{run_dir}: the documents hold no gold call of {tool}")
+        c = matched["per_tool"][tool]
+        rows.append({"tau": tau, "kept": c["kept"], "kept_right": c["kept_right"], "precision": c["precision"],
+                     "recall": c["recall"]})
+    return rows
