@@ -68,6 +68,30 @@ def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
         check_tokenizer(train_tokenizer(["plain words only"], vocab_size=120))
 
 
+def test_digits_apart_gives_a_number_the_same_tokens_in_text_and_call():
+    """With ``digits_apart`` the first operand of a call (after ``(``) is the same tokens as the number in the
+    text (after a space); by default the text's first digit carries the space and the call's does not."""
+    from toolformer.lm.tokenizer import train_tokenizer
+    from toolformer.world.pretrain import WORLD_TOOLS, check_tokenizer
+
+    texts = ["Rosa had 4723 cups. [Calculator(4723 + 8738) → 13461] 13461 cups in all, Rosa said.",
+             *[f"[{name}(" for name in WORLD_TOOLS]] * 40
+    text = " had 4723 cups [Calculator(4723 + 8738) → 13461] 13461"
+    apart = train_tokenizer(texts, vocab_size=160, digits_apart=True)
+    pieces = apart.tokenize(text)
+    assert pieces[:7] == [" had", " ", "4", "7", "2", "3", " cups"], pieces
+    call = pieces.index("(")
+    assert pieces[call + 1 : call + 5] == ["4", "7", "2", "3"] and pieces[call + 5 : call + 7] == [" +", " "]
+    assert " 4" not in apart.get_vocab()
+    joined = train_tokenizer(texts, vocab_size=160).tokenize(text)
+    assert joined[1] == " 4" and joined[joined.index("(") + 1] == "4"
+    check_tokenizer(apart, digits_apart=True)
+    with pytest.raises(ValueError, match="' 1' is 2 tokens"):
+        check_tokenizer(apart)
+    assert apart.tokenize(" 19") == [" ", "1", "9"]  # the space before a number is a token of its own
+    assert apart.decode(apart(text, add_special_tokens=False)["input_ids"]) == text
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_build_model_shapes(pretrained, arch):
     from transformers import AutoTokenizer
@@ -233,7 +257,7 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     annotation corpus's appended documents and the evaluation sets (the two-step ones); others still count."""
     from toolformer.config.load import load_config
     from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
-    from toolformer.world.pretrain import WORLD_FIELDS_ADDED, pretrain_key
+    from toolformer.world.pretrain import PRETRAIN_FIELDS_ADDED, WORLD_FIELDS_ADDED, pretrain_key
 
     demo = repo_root / "configs" / "demo.yaml"
     cfg = load_config(PipelineConfig, demo)
@@ -251,6 +275,12 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     for name in WORLD_FIELDS_ADDED:
         delattr(before.world, name)
     assert pretrain_key(old) == pretrain_key(before) != record["key"]
+    for name, value in PRETRAIN_FIELDS_ADDED.items():  # the same for the pretrain section (bool fields)
+        at = load_config(PipelineConfig, demo, [f"pretrain.{name}={str(value).lower()}"])
+        gone = copy.deepcopy(at)
+        delattr(gone.pretrain, name)
+        away = load_config(PipelineConfig, demo, [f"pretrain.{name}={str(not value).lower()}"])
+        assert pretrain_key(at) == pretrain_key(gone) != pretrain_key(away)
     for changed in ("world.cuecall_share=0.1", "world.text_order=false", "world.copycall_share=0.2"):
         assert pretrain_key(load_config(PipelineConfig, demo, [changed])) != record["key"], changed
     assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]

@@ -644,6 +644,9 @@ class PretrainConfig:
     """llama (rotary positions: copying appears sooner here) or gpt2 (learned positions)."""
     vocab_size: int = 900
     """BPE vocabulary trained on the world's texts (one token per digit)."""
+    digits_apart: bool = False
+    """The space before a digit is a token of its own, never part of the digit's: a number is the same tokens
+    in the text and after ``(`` in a call (the first operand a model copies into a call)."""
     hidden: int = 128
     """Width of the model."""
     layers: int = 3

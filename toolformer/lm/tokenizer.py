@@ -3,7 +3,9 @@
 Pieces follow the conventions the small world needs (docs/design.md, "The small world"): one token
 per digit; a space belongs to the piece after it, so ``" 5"`` and ``" ["``
 compete at one decoding step; brackets, parentheses and ``→`` are pieces of
-their own.
+their own. With ``digits_apart`` a digit never takes the space before it (``" 5"`` is ``" "`` then ``"5"``):
+a number then has the same tokens after a space as after ``(`` in a call, so copying it into the call is
+copying tokens as they are.
 """
 
 from __future__ import annotations
@@ -16,9 +18,12 @@ UNK = "<unk>"
 
 # A space (optional) + a word, or + one digit, or + one other symbol; runs of spaces.
 PIECES = r" ?[A-Za-z_]+| ?[0-9]| ?[^\sA-Za-z0-9]|\s+"
+# The same, but a digit is a piece alone: the space before it is one of its own (``\s+``).
+PIECES_DIGITS_APART = r" ?[A-Za-z_]+|[0-9]| ?[^\sA-Za-z0-9]|\s+"
 
 
-def train_tokenizer(texts: Iterable[str], vocab_size: int = 1000, extra_tokens: Iterable[str] = ()):
+def train_tokenizer(texts: Iterable[str], vocab_size: int = 1000, extra_tokens: Iterable[str] = (),
+                    digits_apart: bool = False):
     """Train a BPE tokenizer on ``texts``; return a transformers fast tokenizer.
 
     ``extra_tokens`` are added as special (never split) tokens, e.g. the
@@ -28,7 +33,8 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int = 1000, extra_tokens: 
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token=UNK))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex(PIECES), behavior="isolated")
+    pieces = PIECES_DIGITS_APART if digits_apart else PIECES
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(pieces), behavior="isolated")
     tok.decoder = decoders.Fuse()
     alphabet = [chr(c) for c in range(32, 127)] + ["→", "×", "÷", "−", "\n"]
     trainer = trainers.BpeTrainer(

@@ -51,6 +51,7 @@ WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose 
 # World fields added after base models were shipped, with the value that writes the corpus they were trained on:
 # at that value a field is left out of the key, so the shipped model stays valid.
 WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False}
+PRETRAIN_FIELDS_ADDED = {"digits_apart": False}  # the same for the pretrain section
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
@@ -69,9 +70,11 @@ def tokenizer_texts(paths: dict[str, Path], corpus_docs: int = 0) -> list[str]:
             *[f"[{name}(" for name in WORLD_TOOLS] * 1000]  # weighted, so each name becomes one token
 
 
-def check_tokenizer(tokenizer) -> None:
-    """Every piece of :data:`REQUIRED_TOKENS` and every digit is one token."""
-    for piece in (*REQUIRED_TOKENS, *"0123456789", *(f" {d}" for d in "123456789")):
+def check_tokenizer(tokenizer, digits_apart: bool = False) -> None:
+    """Every piece of :data:`REQUIRED_TOKENS` and every digit is one token, and a digit after a space is one
+    more (``" "`` first with ``digits_apart``)."""
+    spaced = [" "] if digits_apart else [f" {d}" for d in "123456789"]
+    for piece in (*REQUIRED_TOKENS, *"0123456789", *spaced):
         ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
         if len(ids) != 1:
             raise ValueError(f"tokenizer: {piece!r} is {len(ids)} tokens, not one; raise pretrain.vocab_size "
@@ -154,8 +157,9 @@ def pretrain_key(cfg: PipelineConfig) -> str:
     ``WORLD_FIELDS_NOT_IN_PRETRAINING``, which shape only text after or
     apart from what pre-training, the tokenizer and the probes read), the
     pre-training settings, the seed."""
-    pc = {k: v for k, v in vars(cfg.pretrain).items() if k not in ("output_dir", "threads", "probe_items",
-                                                                     "max_steps", "eval_every", "shipped")}
+    pc = without_added({k: v for k, v in vars(cfg.pretrain).items()
+                        if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped")},
+                       PRETRAIN_FIELDS_ADDED)
     world = without_added({k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING},
                           WORLD_FIELDS_ADDED)
     return config_hash({"world": world | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
@@ -229,8 +233,9 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     paths = world_paths(cfg)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
-    tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size)
-    check_tokenizer(tokenizer)
+    tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size,
+                                digits_apart=pc.digits_apart)
+    check_tokenizer(tokenizer, pc.digits_apart)
 
     docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
     n_dev = min(pc.dev_docs, len(docs) // 10)
