@@ -92,6 +92,8 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     assert rows["toolformer"]["perplexity"] is None
     ppl = rows["base"]["perplexity"]
     assert ppl > 1 and rows["control"]["perplexity"] == ppl == rows["toolformer_disabled"]["perplexity"]
+    # Scored with the call-start tokens taken out (tools disabled): below the plain perplexity, which is kept.
+    assert 1 < ppl < rows["base"]["perplexity_calls_allowed"]
 
     md = (out / "results.md").read_text()
     assert "| Model | svamp | triviaqa | lama | Arith. | QA | Perplexity |" in md

@@ -158,3 +158,39 @@ def test_gradient_accumulation_matches_one_big_batch(tiny_model_dir, rows, tmp_p
     b = AutoModelForCausalLM.from_pretrained(tmp_path / "4")
     for pa, pb in zip(a.parameters(), b.parameters()):
         torch.testing.assert_close(pa, pb, atol=1e-5, rtol=1e-4)
+
+
+def test_row_nlls_takes_tokens_out_and_renormalises(tiny_model_dir, tok, rows):
+    """The NLL with tokens taken out equals scoring under the softmax with those logits at -inf, but where the
+    target is one of them (it keeps its plain log-likelihood); without tokens it is the plain NLL."""
+    from toolformer.lm.textpos import marker_token_ids
+    from toolformer.lm.training import row_nll, row_nlls
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    pad = tok.pad_token_id
+    part = rows[:3].clone()  # (3, 48)
+    part[2, 40:] = IGNORE_INDEX
+    out = marker_token_ids(tok, "[")
+    with torch.no_grad():
+        plain, counted = row_nll(model, part, pad, "cpu")
+        nll, without, counted2 = row_nlls(model, part, pad, "cpu", out)
+        logits = model(**{k: v for k, v in batch_inputs(part, pad).items() if k != "labels"}).logits[:, :-1].float()
+    targets = batch_inputs(part, pad)["labels"][:, 1:]  # (3, 47)
+    masked = logits.clone()
+    masked[..., out] = float("-inf")
+    want = torch.zeros(3, dtype=torch.float64)
+    assert bool(torch.isin(targets, torch.tensor(out)).any())  # the rows hold call-start tokens as targets
+    for b in range(3):
+        for t in range(targets.shape[1]):
+            y = int(targets[b, t])
+            if y == IGNORE_INDEX:
+                continue
+            scores = logits[b, t] if y in out else masked[b, t]
+            want[b] -= float(scores.log_softmax(-1)[y])
+    assert torch.allclose(without, want, atol=1e-4) and torch.equal(nll, plain) and torch.equal(counted, counted2)
+    assert counted.tolist() == [47.0, 47.0, 39.0]
+    assert bool((without < plain).all())  # taking mass out renormalises every other token upwards
+    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, ignore_index=IGNORE_INDEX,
+                                           reduction="none").double().sum(1)
+    assert torch.allclose(plain, ce, atol=1e-4)
+    assert torch.equal(row_nlls(model, part, pad, "cpu", [])[1], plain)

@@ -9,7 +9,8 @@ of each stage. ``RUN_DIR/results.json`` holds, per row (``base``,
 calls per item), the accuracy on each evaluation set (``math_seen``,
 ``math_unseen``, ``qa_seen``, ``qa_unseen``: the world's training forms and
 its held-out forms; ``math_twostep`` with ``world.eval_twostep``), their
-means ``arithmetic`` and ``qa``, ``perplexity`` and ``call_rate``; plus
+means ``arithmetic`` and ``qa``, ``perplexity`` (with tools disabled: no call-start
+token), ``perplexity_calls_allowed`` and ``call_rate``; plus
 ``wall_seconds``, ``kept_calls``, ``filter_gold`` (precision and recall of
 the kept calls against the corpus's gold calls, per tool), ``candidate_gold``
 (the same for every candidate, before the filter), ``chain_rounds`` (the
@@ -147,7 +148,8 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
         r = full["rows"].get(name)
         rows[name] = None if r is None else (
             {t: c["accuracy"] for t, c in r["tasks"].items()}
-            | {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "call_rate")})
+            | {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "perplexity_calls_allowed",
+                                               "call_rate")})
     filt = Stage(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
     kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
     chain = Stage(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}

@@ -215,14 +215,33 @@ def row_nll(model, rows: torch.Tensor, pad_id: int, device) -> tuple[torch.Tenso
     (B, T) and how many tokens were predicted, both (B,) float64; padding
     (``IGNORE_INDEX``) is neither fed nor counted. Shared by the dev perplexity
     of training and the held-out perplexity of the evaluate stage."""
+    nll, _without, counted = row_nlls(model, rows, pad_id, device, ())
+    return nll, counted
+
+
+def row_nlls(model, rows: torch.Tensor, pad_id: int, device,
+             without: list[int] | tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:func:`row_nll`, and the same NLL with the tokens ``without`` taken out of every next-token distribution
+    (the rest renormalised), from one forward: each (B,) float64, then the token counts. A target that is
+    itself one of ``without`` keeps its plain log-likelihood (the text has it; nothing else could score it)."""
     batch = {k: v.to(device) for k, v in batch_inputs(rows, pad_id).items()}
     logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], use_cache=False).logits
+    logits = logits[:, :-1].float()  # (B, T-1, V)
     targets = batch["labels"][:, 1:]  # (B, T-1)
-    token_nll = torch.nn.functional.cross_entropy(
-        logits[:, :-1].float().transpose(1, 2), targets, ignore_index=IGNORE_INDEX, reduction="none"
-    )  # (B, T-1)
-    counted = (targets != IGNORE_INDEX).double()  # (B, T-1)
-    return token_nll.double().sum(1), counted.sum(1)
+    counted = targets != IGNORE_INDEX  # (B, T-1)
+    safe = targets.masked_fill(~counted, 0)  # (B, T-1)
+    log_z = logits.logsumexp(-1)  # (B, T-1)
+    token_nll = (log_z - logits.gather(-1, safe[..., None]).squeeze(-1)).masked_fill(~counted, 0.0)  # (B, T-1)
+    nll_without = token_nll
+    if len(without):
+        ids = torch.tensor(list(without), device=logits.device)  # (M,)
+        log_removed = logits[..., ids].logsumexp(-1)  # (B, T-1)
+        # log(Z - Z_removed) = log Z + log(1 - Z_removed / Z); clamped below 1 so a certain marker stays finite
+        log_rest = log_z + torch.log1p(-(log_removed - log_z).exp().clamp(max=1 - 1e-7))  # (B, T-1)
+        renormalised = token_nll - log_z + log_rest  # (B, T-1)
+        is_removed = torch.isin(safe, ids)  # (B, T-1)
+        nll_without = torch.where(is_removed | ~counted, token_nll, renormalised)
+    return token_nll.double().sum(1), nll_without.double().sum(1), counted.double().sum(1)
 
 
 @torch.no_grad()

@@ -44,7 +44,8 @@ from toolformer.config.schema import PipelineConfig, TaskConfig
 from toolformer.lm.generate import generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import check_tool_data, setup_line, tool_setup, with_folder_tools
 from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
-from toolformer.lm.training import IGNORE_INDEX, row_nll
+from toolformer.lm.textpos import marker_token_ids
+from toolformer.lm.training import IGNORE_INDEX, row_nlls
 from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.stages import StageResult, start
 from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_numbers, load_task
@@ -140,10 +141,23 @@ def read_texts(path: str, max_docs: int = 0) -> list[str]:
     return texts
 
 
+def call_start_ids(tok, style: str) -> list[int]:
+    """The tokens that start a call in ``style``; none for a vocabulary without the marker (a base model
+    before the special-token style's markers were added): nothing to take out."""
+    try:
+        return marker_token_ids(tok, get_style(style).start)
+    except ValueError:
+        return []
+
+
 @torch.no_grad()
-def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexity") -> tuple[float, int]:
+def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexity",
+               without: list[int] | tuple[int, ...] = ()) -> tuple[float, int, float]:
     """exp(mean NLL per token) over ``texts``, each BOS + tokens cut into
-    non-overlapping windows; returns (perplexity, tokens scored)."""
+    non-overlapping windows; returns (perplexity, tokens scored, perplexity
+    with the tokens ``without`` disallowed: the distribution a model decodes
+    from with tools disabled, the call-start tokens taken out and the rest
+    renormalised)."""
     device = next(model.parameters()).device
     chunks = []
     for t in texts:
@@ -151,7 +165,7 @@ def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexit
         chunks += [ids[s : s + window] for s in range(0, len(ids), window) if len(ids[s : s + window]) > 1]
     chunks.sort(key=len)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
-    nll, count, i = 0.0, 0, 0
+    nll, nll_without, count, i = 0.0, 0.0, 0, 0
     bar = tqdm(total=len(chunks), desc=desc, unit="seq", leave=False)
     while i < len(chunks):
         j = i + 1  # chunks are sorted by length: grow the batch while it fits the token budget
@@ -160,13 +174,14 @@ def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexit
         group = chunks[i:j]
         width = max(len(c) for c in group)
         rows = torch.tensor([c + [IGNORE_INDEX] * (width - len(c)) for c in group])  # (B, T) padded right
-        group_nll, group_tokens = row_nll(model, rows, pad, device)  # (B,), (B,)
+        group_nll, group_without, group_tokens = row_nlls(model, rows, pad, device, without)  # (B,) each
         nll += float(group_nll.sum())
+        nll_without += float(group_without.sum())
         count += int(group_tokens.sum())
         i += len(group)
         bar.update(len(group))
     bar.close()
-    return math.exp(nll / count), count
+    return math.exp(nll / count), count, math.exp(nll_without / count)
 
 
 def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: TaskData, sandbox, cfg) -> list[dict]:
@@ -292,7 +307,8 @@ def results_markdown(summary: dict) -> str:
     head = ["Model", *tasks, "Arith.", "QA"] + (["Perplexity"] if has_ppl else [])
     lines = ["# Evaluation results", "",
              "Accuracy in % (share of items with a tool call in brackets); Arith. and QA are the means over the "
-             "math and QA columns; perplexity on the held-out plain text, with tools disabled.", "",
+             "math and QA columns; perplexity on the held-out plain text, with tools disabled (the call-start tokens "
+             "taken out of every next-token distribution; results.json keeps perplexity_calls_allowed too).", "",
              "| " + " | ".join(head) + " |", "| --- " + "| ---: " * (len(head) - 1) + "|"]
     for name, row in summary["rows"].items():
         cells = [f"{_pct(row['tasks'][t]['accuracy'])} ({100 * row['tasks'][t]['call_rate']:.0f} %)" for t in tasks]
@@ -398,11 +414,14 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
                 sandboxes[key] = build_sandbox(row_cfg)
             sandbox = sandboxes[key]
         cells = _row_cells(model, tok, row, tasks, sandbox, row_cfg, out_dir)
-        ppl = (None, None)
+        ppl = (None, None, None)
         if texts is not None and row.name != "toolformer" and not row.max_calls:  # not a decoding variant
             if row.path not in ppl_by_path:
+                # Every row scored as it decodes with tools disabled: no call can start (the same tokens taken
+                # out for the base and control models, which were never taught to call).
                 ppl_by_path[row.path] = perplexity(model, tok, texts, model_window(model, cfg.model),
-                                                   desc=f"perplexity {row.name}")
+                                                   desc=f"perplexity {row.name}",
+                                                   without=call_start_ids(tok, cfg.calls.style))
             ppl = ppl_by_path[row.path]
         n_items = sum(c["n"] for c in cells.values())
         n_calls = sum(c["with_calls"] for c in cells.values())
@@ -411,7 +430,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
             "max_calls": (row.max_calls or cfg.evaluate.max_calls) if row.tools else 0,
             "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
             "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
-            "perplexity": ppl[0], "perplexity_tokens": ppl[1],
+            "perplexity": ppl[2], "perplexity_calls_allowed": ppl[0], "perplexity_tokens": ppl[1],
             "call_rate": n_calls / n_items if n_items else None, **merge_call_counts(list(cells.values())),
         }
     model = tok = None
