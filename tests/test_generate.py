@@ -218,3 +218,25 @@ def test_cli_generate_json(tiny_model_dir, capsys):
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [x["prompt"] for x in lines] == ["one", "two"]
     assert all(x["calls"] == [] and isinstance(x["text"], str) for x in lines)
+
+
+def test_a_space_alone_after_a_result_is_not_text(tok, sandbox):
+    """After a call's result the model may not start another call until it writes text: a token of spaces
+    only (the one before every number with pretrain.digits_apart) does not count, so no second call starts
+    right after it; a word does."""
+    assert " " in tok.get_vocab()
+
+    def outside(text):
+        if text == "":
+            return [" ["]
+        if text.endswith("]"):
+            return [" "]
+        if text.endswith("] "):
+            return ["[", "9"]  # wants a call at once: refused
+        if text.endswith("9"):
+            return [" [", " a"]  # after text a call may start
+        return [tok.eos_token_id]
+
+    (g,) = run(tok, call_script(tok, outside), sandbox, max_calls=2)
+    assert g.text.startswith(" [Calculator(2+3) → 5] 9 [Calculator(2+3) → 5]"), g.text
+    assert len(g.calls) == 2

@@ -11,7 +11,8 @@ batch, with the key/value cache. The paper's rules (section 4.1):
   inserted, then decoding continues after it;
 * at most ``max_calls`` calls per input (1); after that, and always in
   "Toolformer (disabled)" mode, p(call-start) is set to 0; so too right
-  after a call's result, until the model has written a token of text (with
+  after a call's result, until the model has written a token of text, not
+  only spaces (with
   ``max_calls`` > 1: calls never touch in the fine-tuning data, and a second
   call started at once would replace the answer the first one gave).
 
@@ -83,7 +84,7 @@ class DecodeState:
     forced: list[int] = field(default_factory=list)  # tokens still to insert, fed one per step
     chosen: int = 0  # tokens the model chose (counts against max_new_tokens)
     opened: int = 0  # calls opened so far
-    after_call: bool = False  # a call just closed: no call starts before the model writes a token
+    after_call: bool = False  # a call just closed: no call starts before the model writes a token of text
     call_at: int | None = None  # index in new_ids of the open call's start token
     calls: list[dict] = field(default_factory=list)
     done: bool = False
@@ -104,6 +105,10 @@ class _Decoder:
         self.tools = tools
         self.on_call = on_call
         self.start_ids = marker_token_ids(tokenizer, style.start)
+        try:  # tokens of spaces only (a tokenizer with pretrain.digits_apart has " " before every number)
+            self.blank_ids = set(marker_token_ids(tokenizer, ""))
+        except ValueError:
+            self.blank_ids = set()
         self.eos_id = tokenizer.eos_token_id
         self.grammar = grammar  # a CallGrammar: constrained decoding of open calls (None: off)
 
@@ -147,7 +152,7 @@ class _Decoder:
             return
         row.new_ids.append(token)
         row.chosen += 1
-        row.after_call = False
+        row.after_call = row.after_call and token in self.blank_ids  # a space alone is not text yet
         if row.call_at is None and token in self.start_ids and self.may_call(row):
             row.call_at = len(row.new_ids) - 1
             row.opened += 1
