@@ -66,12 +66,12 @@ def test_results_json_has_the_rows_and_fields(demo_run):
             assert name.startswith("toolformer_round2")
             continue
         sets = {"math_seen", "math_unseen", "qa_seen", "qa_unseen", "math_twostep"}
-        assert set(row) == {"arithmetic", "qa", "perplexity", "call_rate"} | sets, name
+        assert set(row) == {"arithmetic", "qa", "perplexity", "perplexity_calls_allowed", "call_rate"} | sets, name
         assert row["arithmetic"] == pytest.approx((row["math_seen"] + row["math_unseen"] + row["math_twostep"]) / 3)
         for key in ("arithmetic", "qa", "call_rate", *sets):
             assert 0.0 <= row[key] <= 1.0, (name, key)
         if name not in ("toolformer", "toolformer_2calls"):  # decoding variants of toolformer_disabled's model
-            assert row["perplexity"] > 1.0
+            assert 1.0 < row["perplexity"] <= row["perplexity_calls_allowed"]  # scored without the call start
     assert results["rows"]["base"]["call_rate"] == 0 and results["rows"]["control"]["call_rate"] == 0
     assert results["rows"]["toolformer_disabled"]["call_rate"] == 0
     walls = set(results["wall_seconds"])

@@ -5,7 +5,7 @@
    calls inline (the shape of the fine-tuning data, so `` [`` is one token) and
    the tool names: one token per digit; ``[``, ``]``, ``(``, ``)``, ``→`` and
    the tool names single tokens.
-2. A tiny causal LM (width 128, 3 layers by default, ~0.7M parameters; the demo's has 4 and 0.9M; lr 3e-3
+2. A tiny causal LM (width 128, 3 layers by default, ~0.7M parameters; the demo's has 5 and 1.1M; lr 3e-3
    cosine).
    Llama-shaped by default (rotary positions learned to copy sooner than
    GPT-2's learned positions). With the documents packed back to back,
@@ -24,7 +24,7 @@ the sha256 of the weights. A rerun with the same config returns at once; ``force
 retrains; a changed ``max_steps`` continues from the last checkpoint.
 
 Pre-training takes longer than the rest of the demo, so the repository ships
-the base model ``configs/demo.yaml`` makes (``data/world-base``, 3.7 MB): when
+the base model ``configs/demo.yaml`` makes (``data/world-base``, 4.4 MB): when
 its record has this config's key and steps and the weights hash matches, it is
 copied instead of trained (``pretrain.shipped``; ``--force`` trains anyway).
 """
