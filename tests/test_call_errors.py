@@ -1,0 +1,34 @@
+"""scripts/call_errors.py: a greedy call's operands, each by how it is wrong."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPT = "Rosa sent 4723 cups and Tom sent 8,738 cups on 12 carts. How many cups in all? The answer is"
+
+
+@pytest.fixture(scope="module")
+def call_errors():
+    spec = importlib.util.spec_from_file_location("call_errors", ROOT / "scripts" / "call_errors.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("written, kind", [
+    ("4723 + 8738", "exact"),
+    ("4,723 + 8738", "exact"),
+    ("8738 + 4723", "operands right, operation or order wrong"),
+    ("4723 * 8738", "operands right, operation or order wrong"),
+    ("8738 + 8738", "wrong: an operand missing"),
+    ("6723 + 8738", "wrong: first digit"),
+    ("4723 + 8538", "wrong: one later digit"),
+    ("4723 + 1238", "wrong: many digits"),
+    ("723 + 8738", "wrong: length"),
+    ("4723 + 12", "wrong: other prompt number"),
+    ("6723 + 873", "wrong: first digit+length"),
+])
+def test_classify(call_errors, written, kind):
+    assert call_errors.classify(written, "4723 + 8738", PROMPT) == kind
