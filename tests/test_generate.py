@@ -51,6 +51,13 @@ def run(tok, script, sandbox, prompts=("Q: 2 + 3 = ?",), **kw):
 def test_call_start_tokens_include_space_variant(tok):
     ids = marker_token_ids(tok, "[")
     assert {tok.decode([i]) for i in ids} == {"[", " ["}
+    # A marker no token is: an error, or nothing with required=False; "" is the tokens of spaces only.
+    with pytest.raises(ValueError, match="not a single token"):
+        marker_token_ids(tok, "<API>")
+    assert marker_token_ids(tok, "<API>", required=False) == []
+    blank = marker_token_ids(tok, "", required=False)
+    assert blank and all(tok.decode([i], clean_up_tokenization_spaces=False).strip(" ") == "" for i in blank)
+    assert tok.get_vocab()[" "] in blank
 
 
 def test_result_is_inserted_and_decoding_continues(tok, sandbox):

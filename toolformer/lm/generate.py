@@ -105,10 +105,8 @@ class _Decoder:
         self.tools = tools
         self.on_call = on_call
         self.start_ids = marker_token_ids(tokenizer, style.start)
-        try:  # tokens of spaces only (a tokenizer with pretrain.digits_apart has " " before every number)
-            self.blank_ids = set(marker_token_ids(tokenizer, ""))
-        except ValueError:
-            self.blank_ids = set()
+        # Tokens of spaces only (a tokenizer with pretrain.digits_apart has " " before every number).
+        self.blank_ids = set(marker_token_ids(tokenizer, "", required=False))
         self.eos_id = tokenizer.eos_token_id
         self.grammar = grammar  # a CallGrammar: constrained decoding of open calls (None: off)
 

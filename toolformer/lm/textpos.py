@@ -43,14 +43,15 @@ def starts_word(text: str, c: int) -> bool:
     return not (b in ",." and a.isdigit() and c + 1 < len(text) and text[c + 1].isdigit())
 
 
-def marker_token_ids(tokenizer, marker: str) -> list[int]:
+def marker_token_ids(tokenizer, marker: str, required: bool = True) -> list[int]:
     """Every vocabulary token that is ``marker`` possibly preceded by spaces
     (with a BPE that attaches spaces, both ``[`` and `` [`` start a call).
 
     Each token is decoded on its own as it is, without the tokenizer's clean-up
     of spaces (``clean_up_tokenization_spaces=False``): the raw text of the token
     is what is compared. Cached per tokenizer and vocabulary size. Raises
-    ValueError when no token is the marker.
+    ValueError when no token is the marker, unless ``required`` is false (then
+    the list is empty). The marker ``""`` gives the tokens of spaces only.
     """
     try:
         cache = _MARKER_CACHE.setdefault(tokenizer, {})
@@ -60,7 +61,7 @@ def marker_token_ids(tokenizer, marker: str) -> list[int]:
     if key not in cache:
         texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
         cache[key] = [i for i, t in enumerate(texts) if t.lstrip(" ") == marker]
-    if not cache[key]:
+    if not cache[key] and required:
         raise ValueError(
             f"call-start marker {marker!r} is not a single token of this tokenizer; "
             "use calls.style=special to add it as one"

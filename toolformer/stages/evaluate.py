@@ -141,15 +141,6 @@ def read_texts(path: str, max_docs: int = 0) -> list[str]:
     return texts
 
 
-def call_start_ids(tok, style: str) -> list[int]:
-    """The tokens that start a call in ``style``; none for a vocabulary without the marker (a base model
-    before the special-token style's markers were added): nothing to take out."""
-    try:
-        return marker_token_ids(tok, get_style(style).start)
-    except ValueError:
-        return []
-
-
 @torch.no_grad()
 def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexity",
                without: list[int] | tuple[int, ...] = ()) -> tuple[float, int, float]:
@@ -418,10 +409,12 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
         if texts is not None and row.name != "toolformer" and not row.max_calls:  # not a decoding variant
             if row.path not in ppl_by_path:
                 # Every row scored as it decodes with tools disabled: no call can start (the same tokens taken
-                # out for the base and control models, which were never taught to call).
+                # out for the base and control models, which were never taught to call; none where the
+                # vocabulary lacks the marker, a base model before the special style's markers were added).
                 ppl_by_path[row.path] = perplexity(model, tok, texts, model_window(model, cfg.model),
                                                    desc=f"perplexity {row.name}",
-                                                   without=call_start_ids(tok, cfg.calls.style))
+                                                   without=marker_token_ids(tok, get_style(cfg.calls.style).start,
+                                                                            required=False))
             ppl = ppl_by_path[row.path]
         n_items = sum(c["n"] for c in cells.values())
         n_calls = sum(c["with_calls"] for c in cells.values())
