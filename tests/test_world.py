@@ -203,6 +203,53 @@ def test_copycall_documents_copy_their_scrambled_wording_into_the_call(world):
     assert noisy > 20  # SMALL has no noise_share: only the scrambled questions hold random words
 
 
+def test_rewritten_quiz_questions_are_copied_and_keep_their_names(world, tmp_path):
+    """world.rewrite_share: that share of the copy-call quizzes have about half their small words replaced by
+    random ones; each call still copies its question word for word. Only pretrain.jsonl changes, and a share of 0
+    draws nothing from the stream (the shipped base model's pretrain.jsonl stays the same)."""
+    import random
+
+    from toolformer.world.arithmetic import split_forms
+    from toolformer.world.corpora import Writer
+    from toolformer.world.entities import QUESTION_FORMS, build_world, split_questions
+
+    style = get_style("plain")
+    rewritten = generate_world(small_cfg(tmp_path, rewrite_share=1.0))
+    for name, path in rewritten.items():
+        if name not in ("summary", "pretrain"):
+            assert path.read_bytes() == world[name].read_bytes(), name
+    known = set(" ".join(QUESTION_FORMS[k][i] for k in QUESTION_FORMS for i in range(len(QUESTION_FORMS[k])))
+                .replace("?", "").split())
+    asked = new_words = 0
+    for text in (d["text"] for d in jsonl(rewritten["pretrain"])):
+        for m in re.finditer(r"Question: ([^\n?]*\?) Answer: \[QA\(", text):
+            asked += 1
+            assert parse_calls(text[m.end() - 4:], style, {"QA"})[0].call.input == m.group(1)
+            new_words += bool(set(m.group(1).replace("?", "").split()) - known)
+    assert asked > 20 and new_words > 0.7 * asked
+    # The same world's facts asked in a held-out form: in no rewritten text either.
+    wc = small_cfg(Path("unused")).world
+    facts = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events).facts
+    blob = rewritten["pretrain"].read_text(encoding="utf-8")
+    assert not [q for f in facts for i in split_questions(wc.seed, wc.heldout_questions)[f.kind][1]
+                if (q := f.questions[i]) in blob]
+    # Words with a capital or a digit and the punctuation stay in place; about half the others change.
+    w = build_world(random.Random(0), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
+    writer = Writer(w, random.Random(1), [], split_forms(0), {k: tr for k, (tr, _) in split_questions(0).items()})
+    text = "How many of the 4,725 people in Morfield Hills were born before the year of the fire there?"
+    changed = total = 0
+    for _ in range(50):
+        out = writer.rewritten(text).split(" ")
+        assert len(out) == len(text.split(" ")) and out[-1].endswith("?")
+        for old, new in zip(text.split(" "), out):
+            if re.search(r"[0-9A-Z]", old):
+                assert new == old
+            else:
+                total += 1
+                changed += new != old
+    assert 0.3 < changed / total < 0.7
+
+
 def test_cuecall_documents_take_the_operation_from_their_cue(world):
     """Loose word problems: two numbers, one cue that only one operation's training forms use, the call inline; + and
     * in the text's order, - and / the larger number first; cues are never words of held-out forms alone."""

@@ -564,6 +564,9 @@ class WorldConfig:
     """Pre-training: share of documents with word problems of loose words around two numbers and one cue of an
     operation (a phrase only that operation's training forms use), the call inline: + and * in the text's order,
     - and / the larger number first."""
+    rewrite_share: float = 0.0
+    """Pre-training: share of the quiz questions of copycall documents with about half their small words replaced
+    by random ones (the rest scrambled): a question no form writes, copied word for word into its call."""
     noise_share: float = 0.0
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""
@@ -606,8 +609,8 @@ class WorldConfig:
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
                      "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
-                     "induction_share", "copycall_share", "cuecall_share", "noise_share", "separator_share",
-                     "heldout_vocabulary"):
+                     "induction_share", "copycall_share", "cuecall_share", "rewrite_share", "noise_share",
+                     "separator_share", "heldout_vocabulary"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
         if not 1 <= self.heldout_forms_per_op <= 6:

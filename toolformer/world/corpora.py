@@ -109,7 +109,8 @@ class Writer:
     def __init__(self, world: World, rng: random.Random, facts: list[Fact], split: Split,
                  questions: dict[str, list[int]], note_share: float = 0.0, earlier_share: float = 0.0,
                  problem_share: float = 0.3, filler_share: float = 0.5, nonce_share: float = 0.0,
-                 noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False, text_order: bool = False):
+                 noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False, text_order: bool = False,
+                 rewrite_share: float = 0.0):
         """``split`` and ``questions`` (kind -> indices of the question forms
         to use) say which forms and words this corpus may use; ``heldout``
         picks the held-out forms and, for half the items, held-out words."""
@@ -125,7 +126,7 @@ class Writer:
         self.note_share, self.earlier_share = note_share, earlier_share
         self.problem_share, self.filler_share = problem_share, filler_share
         self.noise_share, self.separators = noise_share, separators
-        self.text_order = text_order
+        self.text_order, self.rewrite_share = text_order, rewrite_share
 
     def ask(self, fact: Fact) -> str:
         """One of the question forms this corpus may use for ``fact``."""
@@ -345,11 +346,31 @@ class Writer:
             words.insert(rng.randint(1, len(words) - 1), rng.choice(NOISE_WORDS))
         return " ".join(words)
 
+    def rewritten(self, text: str) -> str:
+        """``text`` with about half its small words (no digit, no capital; punctuation kept) replaced by words
+        drawn from :data:`NOISE_WORDS`, :data:`LOOSE_WORDS`, the training object words and words built from
+        town syllables: a question no form writes, whose every word can only be predicted by copying it."""
+        rng = self.rng
+        words = text.split(" ")
+        for i, word in enumerate(words):
+            core = word.rstrip("?.,!")
+            if core and not re.search(r"[0-9A-Z]", core) and rng.random() < 0.5:
+                r = rng.random()
+                if r < 0.3:
+                    new = rng.choice(NOISE_WORDS + LOOSE_WORDS)
+                elif r < 0.6:
+                    new = rng.choice(self.split.train_units)[rng.randrange(2)]
+                else:
+                    new = (rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)).lower()
+                words[i] = new + word[len(core):]
+        return " ".join(words)
+
     def copycall_doc(self) -> str:
         """Problems and questions in scrambled wording (:meth:`scrambled`), each with its call inline right where
         a tuned model writes it: a call's input can only be predicted here by copying it from the text, never by
         recalling a form. Half the documents are 1-3 quiz questions about invented entities (``Question: q
-        Answer: [QA(q) → o] o.``, the question copied word for word), half 1-2 word problems (``... The answer
+        Answer: [QA(q) → o] o.``, the question copied word for word; a ``rewrite_share`` of them
+        :meth:`rewritten` instead of scrambled), half 1-2 word problems (``... The answer
         is [Calculator(a op b) → c] c.``)."""
         rng = self.rng
         parts = []
@@ -358,9 +379,11 @@ class Writer:
             for _ in range(rng.randint(1, 3)):
                 fact = rng.choice(nonce.facts())
                 heldout = {q for i, q in enumerate(fact.questions) if i not in self.questions[fact.kind]}
-                question = self.scrambled(self.ask(fact))
+                # Only a non-zero share draws from the stream here: a world without it writes the same text.
+                change = self.rewritten if self.rewrite_share and rng.random() < self.rewrite_share else self.scrambled
+                question = change(self.ask(fact))
                 while question in heldout:
-                    question = self.scrambled(self.ask(fact))
+                    question = change(self.ask(fact))
                 parts.append(f"Question: {question} Answer: {STYLE.render('QA', question, fact.object)} "
                              f"{fact.object}.")
             return " ".join(parts)
