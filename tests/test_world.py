@@ -233,6 +233,11 @@ def test_rewritten_quiz_questions_are_copied_and_keep_their_names(world, tmp_pat
     blob = rewritten["pretrain"].read_text(encoding="utf-8")
     assert not [q for f in facts for i in split_questions(wc.seed, wc.heldout_questions)[f.kind][1]
                 if (q := f.questions[i]) in blob]
+    # The random words are no held-out object word or name (test_heldout_forms_and_words_appear_in_no_training_text).
+    split = json.loads(rewritten["forms"].read_text())
+    words = set(re.findall(r"[A-Za-z]+", blob))
+    assert not words & (set(split["heldout_units"]) - set(split["train_units"])) - {"sheep", "fish"}
+    assert not words & set(split["heldout_names"])
     # Words with a capital or a digit and the punctuation stay in place; about half the others change.
     w = build_world(random.Random(0), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
     writer = Writer(w, random.Random(1), [], split_forms(0), {k: tr for k, (tr, _) in split_questions(0).items()})

@@ -22,14 +22,17 @@ import datetime as dt
 import functools
 import random
 import re
+import string
 from collections import defaultdict
 
 from toolformer.tools.calendar import date_sentence
 from toolformer.tools.calls import get_style
 from toolformer.world.arithmetic import (
+    FORMS,
     OP_NAMES,
     OPS,
     TWOSTEP_FORMS,
+    UNITS,
     Item,
     Split,
     TwoStepForm,
@@ -40,7 +43,7 @@ from toolformer.world.arithmetic import (
     make_twostep,
     written,
 )
-from toolformer.world.entities import TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
+from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
 NONCE_NOTE_SHARE = 0.8  # facts of invented entities announced by a QA note
@@ -348,20 +351,23 @@ class Writer:
 
     def rewritten(self, text: str) -> str:
         """``text`` with about half its small words (no digit, no capital; punctuation kept) replaced by words
-        drawn from :data:`NOISE_WORDS`, :data:`LOOSE_WORDS`, the training object words and words built from
-        town syllables: a question no form writes, whose every word can only be predicted by copying it."""
+        drawn from :data:`NOISE_WORDS`, :data:`LOOSE_WORDS`, the training object words, words built from town
+        syllables and strings of random letters (split by the tokenizer into rare pieces, as a word no training
+        text has): a question no form writes, whose every word can only be predicted by copying it."""
         rng = self.rng
         words = text.split(" ")
         for i, word in enumerate(words):
             core = word.rstrip("?.,!")
             if core and not re.search(r"[0-9A-Z]", core) and rng.random() < 0.5:
                 r = rng.random()
-                if r < 0.3:
+                if r < 0.25:
                     new = rng.choice(NOISE_WORDS + LOOSE_WORDS)
-                elif r < 0.6:
+                elif r < 0.45:
                     new = rng.choice(self.split.train_units)[rng.randrange(2)]
-                else:
+                elif r < 0.7:
                     new = (rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)).lower()
+                else:  # letters at random: a word the tokenizer splits into rare pieces, as an unseen word
+                    new = random_letters(rng)
                 words[i] = new + word[len(core):]
         return " ".join(words)
 
@@ -432,6 +438,21 @@ class Writer:
             gold.append({"tool": "Calculator", "input": self.call_input(item), "result": item.c, "offset": offset,
                          "part": 1})
         return self._join(notes, parts, gold)
+
+
+@functools.cache
+def _form_words() -> frozenset[str]:
+    """Every word of the world's templates (arithmetic and question forms, held out or not, and object words)."""
+    texts = [f"{f.story} {f.body} {f.question}" for f in FORMS] + [q for qs in QUESTION_FORMS.values() for q in qs]
+    return frozenset(w.lower() for w in _WORDS.findall(" ".join(texts))) | {w for pair in UNITS for w in pair}
+
+
+def random_letters(rng: random.Random) -> str:
+    """3-9 random lowercase letters that are no word of the world's templates (so no held-out word either)."""
+    while True:
+        word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9)))
+        if word not in _form_words():
+            return word
 
 
 # Cues of the operations, kept per split to those that only the operation's own training forms use.
