@@ -265,6 +265,11 @@ class FilterConfig:
     """Per-tool tau_f (the paper: 0.5 for calculator and translation)."""
     horizon: int = 5
     """Tokens weighted after the position: w̃_t = max(0, 1 − t/horizon), normalised."""
+    skip_blank: bool = False
+    """Start the weighted tokens at the first one from the position on that is not only spaces. With a tokenizer
+    that gives the space before a number a token of its own (pretrain.digits_apart) that space comes first and is
+    predicted as well without the call; the paper's BPE attaches it to the word, so its first weighted token is
+    the word's. False: x_i..x_{i+4} as they are."""
     batch_tokens: int = 16384
     """Token budget of one forward batch (padded tokens counted)."""
     dtype: str = "float32"

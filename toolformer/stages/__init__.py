@@ -72,7 +72,7 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = 
 # default changes nothing goes here; one that changes results does not.
 ADDED_FIELDS: dict[str, dict[str, Any]] = {
     "sample": {"prompt": "few-shot", "model": "", "word_starts": False},
-    "filter": {"model": ""},
+    "filter": {"model": "", "skip_blank": False},
 }
 
 
