@@ -269,8 +269,7 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     assert pretrain_key(off) == record["key"]
     # A field added later counts only away from the value that writes the corpus older models were trained on:
     # at that value the key is the one of the config before the field existed.
-    old = load_config(PipelineConfig, demo, ["world.copycall_share=0.0", "world.cuecall_share=0.0",
-                                             "world.text_order=false"])
+    old = load_config(PipelineConfig, demo, [f"world.{k}={str(v).lower()}" for k, v in WORLD_FIELDS_ADDED.items()])
     before = copy.deepcopy(old)
     for name in WORLD_FIELDS_ADDED:
         delattr(before.world, name)
@@ -281,7 +280,8 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
         delattr(gone.pretrain, name)
         away = load_config(PipelineConfig, demo, [f"pretrain.{name}={str(not value).lower()}"])
         assert pretrain_key(at) == pretrain_key(gone) != pretrain_key(away)
-    for changed in ("world.cuecall_share=0.1", "world.text_order=false", "world.copycall_share=0.2"):
+    for changed in ("world.cuecall_share=0.1", "world.text_order=false", "world.copycall_share=0.2",
+                    "world.rewrite_share=0.25"):
         assert pretrain_key(load_config(PipelineConfig, demo, [changed])) != record["key"], changed
     assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]
 
