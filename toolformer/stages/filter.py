@@ -56,8 +56,10 @@ class CandidateScorer:
     def scored_position(self, doc_id: str, position: int) -> int:
         """Where the weighted tokens start for a call at ``position``: past space-only tokens with
         ``filter.skip_blank`` (while a token of the text follows), else the position itself."""
+        if not self.blank:
+            return position
         ids = self.text_ids(doc_id)
-        while self.blank and position + 1 < len(ids) and ids[position] in self.blank:
+        while position + 1 < len(ids) and ids[position] in self.blank:
             position += 1
         return position
 
