@@ -12,10 +12,12 @@ Each form is tagged with its cue words (``in all``, ``difference``, ``per``,
 ``equally`` ...). :func:`split_forms` holds a third of the forms of each
 operation out by seed, and part of the vocabulary (objects, first names):
 held-out forms appear in no training text, only in the ``math_unseen``
-evaluation set, but every cue of a held-out form also occurs in a training
+evaluation set, but every cue tag of a held-out form also tags a training
 form of the same operation, and every operation keeps training forms with the
-numbers in either order. Held out means a new composition of known words,
-not a new meaning (docs/design.md, "The small world").
+numbers in either order. Held out is meant as a new composition of known
+words, not a new meaning (docs/design.md, "The small world"). The tags are
+coarser than the words: ``sub-how-many-more`` and ``sub-fewer`` share
+``more_than``, though "more" means + in every training form that says it.
 
 :data:`TWOSTEP_FORMS` are word problems that need two operations, the second
 on the first one's result (``a * b``, then ``+ d``): the ``math_twostep`` set
