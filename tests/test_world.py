@@ -203,6 +203,55 @@ def test_copycall_documents_copy_their_scrambled_wording_into_the_call(world):
     assert noisy > 20  # SMALL has no noise_share: only the scrambled questions hold random words
 
 
+def test_rewritten_problems_keep_numbers_cues_and_objects(world, tmp_path):
+    """world.rewrite_math_share: the copy-call word problems get about half their small words replaced, but never
+    a number, a name, an object word or a word of the operation's cues; the call still takes the problem's
+    numbers. Only pretrain.jsonl changes."""
+    import random
+
+    from toolformer.world.arithmetic import split_forms
+    from toolformer.world.corpora import Writer, cue_phrases
+    from toolformer.world.entities import build_world, split_questions
+
+    rewritten = generate_world(small_cfg(tmp_path, rewrite_math_share=1.0))
+    for name, path in rewritten.items():
+        if name not in ("summary", "pretrain"):
+            assert path.read_bytes() == world[name].read_bytes(), name
+    before, after = (path.read_text(encoding="utf-8") for path in (world["pretrain"], rewritten["pretrain"]))
+    assert before != after
+    vocabulary = set(re.findall(r"\b[a-z]+\b", before))  # every word of the corpus without rewriting
+    problems = []  # (the text since the previous call's answer, the call's input)
+    for doc in (d["text"] for d in jsonl(rewritten["pretrain"])):
+        start = 0
+        for m in re.finditer(r"The answer is \[Calculator\(([^)]*)\) → [^\]]*\] [^ ]*\.", doc):
+            problems.append((doc[start:m.start()], m.group(1)))
+            start = m.end()
+    assert len(problems) > 20
+    new_words = 0
+    for text, call in problems:
+        stated = [n.replace(",", "") for n in re.findall(r"\d[\d,]*\d|\d", text)]
+        assert all(n in stated for n in re.findall(r"\d+", call)), (text, call)
+        new_words += bool(set(re.findall(r"\b[a-z]+\b", text)) - vocabulary)
+    assert new_words > 0.25 * len(problems)  # the copy-call problems among them; 0 by definition without rewriting
+
+    wc = small_cfg(Path("unused")).world
+    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary)
+    w = Writer(build_world(random.Random(1), 14, 3, 2, 2, 18, 6), random.Random(2), [], split,
+               {k: tr for k, (tr, _ho) in split_questions(wc.seed, wc.heldout_questions).items()})
+    changed = 0
+    for _ in range(200):
+        item = w.item("small")
+        text = item.prompt()
+        out = w.rewritten(text, w._cue_words(item))
+        keep = set(" ".join(cue_phrases(split)[item.op]).split()) | {item.slots["units"], item.slots["unit"]}
+        pairs = list(zip(text.split(" "), out.split(" "), strict=True))
+        changed += any(a != b for a, b in pairs)
+        for a, b in pairs:
+            if re.search(r"[0-9A-Z]", a) or a.rstrip("?.,!") in keep:
+                assert a == b, (text, out)
+    assert changed > 150
+
+
 def test_rewritten_quiz_questions_are_copied_and_keep_their_names(world, tmp_path):
     """world.rewrite_share: that share of the copy-call quizzes have about half their small words replaced by
     random ones; each call still copies its question word for word. Only pretrain.jsonl changes, and a share of 0

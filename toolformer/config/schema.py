@@ -572,6 +572,10 @@ class WorldConfig:
     rewrite_share: float = 0.0
     """Pre-training: share of the quiz questions of copycall documents with about half their small words replaced
     by random ones (the rest scrambled): a question no form writes, copied word for word into its call."""
+    rewrite_math_share: float = 0.0
+    """Pre-training: share of the word problems of copycall documents with about half their small words replaced
+    by random ones, the words of the operation's cues and the object words kept (the rest scrambled): a problem no
+    form writes, its numbers copied into the call."""
     noise_share: float = 0.0
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""
@@ -614,8 +618,8 @@ class WorldConfig:
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
                      "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
-                     "induction_share", "copycall_share", "cuecall_share", "rewrite_share", "noise_share",
-                     "separator_share", "heldout_vocabulary"):
+                     "induction_share", "copycall_share", "cuecall_share", "rewrite_share", "rewrite_math_share",
+                     "noise_share", "separator_share", "heldout_vocabulary"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
         if not 1 <= self.heldout_forms_per_op <= 6:

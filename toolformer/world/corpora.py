@@ -113,7 +113,7 @@ class Writer:
                  questions: dict[str, list[int]], note_share: float = 0.0, earlier_share: float = 0.0,
                  problem_share: float = 0.3, filler_share: float = 0.5, nonce_share: float = 0.0,
                  noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False, text_order: bool = False,
-                 rewrite_share: float = 0.0):
+                 rewrite_share: float = 0.0, rewrite_math_share: float = 0.0):
         """``split`` and ``questions`` (kind -> indices of the question forms
         to use) say which forms and words this corpus may use; ``heldout``
         picks the held-out forms and, for half the items, held-out words."""
@@ -130,6 +130,7 @@ class Writer:
         self.problem_share, self.filler_share = problem_share, filler_share
         self.noise_share, self.separators = noise_share, separators
         self.text_order, self.rewrite_share = text_order, rewrite_share
+        self.rewrite_math_share = rewrite_math_share
 
     def ask(self, fact: Fact) -> str:
         """One of the question forms this corpus may use for ``fact``."""
@@ -349,16 +350,17 @@ class Writer:
             words.insert(rng.randint(1, len(words) - 1), rng.choice(NOISE_WORDS))
         return " ".join(words)
 
-    def rewritten(self, text: str) -> str:
-        """``text`` with about half its small words (no digit, no capital; punctuation kept) replaced by words
-        drawn from :data:`NOISE_WORDS`, :data:`LOOSE_WORDS`, the training object words, words built from town
-        syllables and strings of random letters (split by the tokenizer into rare pieces, as a word no training
-        text has): a question no form writes, whose every word can only be predicted by copying it."""
+    def rewritten(self, text: str, keep: frozenset[str] = frozenset()) -> str:
+        """``text`` with about half its small words (no digit, no capital, not in ``keep``; punctuation kept)
+        replaced by words drawn from :data:`NOISE_WORDS`, :data:`LOOSE_WORDS`, the training object words, words
+        built from town syllables and strings of random letters (split by the tokenizer into rare pieces, as a
+        word no training text has): a question no form writes, whose every word can only be predicted by copying
+        it."""
         rng = self.rng
         words = text.split(" ")
         for i, word in enumerate(words):
             core = word.rstrip("?.,!")
-            if core and not re.search(r"[0-9A-Z]", core) and rng.random() < 0.5:
+            if core and core not in keep and not re.search(r"[0-9A-Z]", core) and rng.random() < 0.5:
                 r = rng.random()
                 if r < 0.25:
                     new = rng.choice(NOISE_WORDS + LOOSE_WORDS)
@@ -377,7 +379,8 @@ class Writer:
         recalling a form. Half the documents are 1-3 quiz questions about invented entities (``Question: q
         Answer: [QA(q) → o] o.``, the question copied word for word; a ``rewrite_share`` of them
         :meth:`rewritten` instead of scrambled), half 1-2 word problems (``... The answer
-        is [Calculator(a op b) → c] c.``)."""
+        is [Calculator(a op b) → c] c.``; a ``rewrite_math_share`` of them :meth:`rewritten`, keeping the words of
+        the operation's cues and the object words: a problem no form writes, whose operation its cue still names)."""
         rng = self.rng
         parts = []
         if rng.random() < 0.5:
@@ -395,9 +398,18 @@ class Writer:
             return " ".join(parts)
         for _ in range(rng.randint(1, 2)):
             item = self.item("small")
-            head = self.scrambled(item.prompt(), drop=False)
+            if self.rewrite_math_share and rng.random() < self.rewrite_math_share:
+                head = self.rewritten(item.prompt(), self._cue_words(item))
+            else:
+                head = self.scrambled(item.prompt(), drop=False)
             parts.append(f"{head} The answer is {STYLE.render('Calculator', self.call_input(item), item.c)} {item.c}.")
         return " ".join(parts)
+
+    def _cue_words(self, item: Item) -> frozenset[str]:
+        """The words a rewritten problem keeps: those of its operation's cue phrases (:func:`cue_phrases`) and
+        its object words."""
+        return frozenset(" ".join(cue_phrases(self.split)[item.op]).split()) | {item.slots["units"],
+                                                                              item.slots["unit"]}
 
     def cuecall_doc(self) -> str:
         """1-2 word problems of loose words around two numbers and one cue of an operation (:func:`cue_phrases`:

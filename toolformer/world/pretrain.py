@@ -50,7 +50,8 @@ MANIFEST = "pretrain.json"
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
 # World fields added after base models were shipped, with the value that writes the corpus they were trained on:
 # at that value a field is left out of the key, so the shipped model stays valid.
-WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False, "rewrite_share": 0.0}
+WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False, "rewrite_share": 0.0,
+                     "rewrite_math_share": 0.0}
 PRETRAIN_FIELDS_ADDED = {"digits_apart": False}  # the same for the pretrain section
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
