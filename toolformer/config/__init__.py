@@ -1,3 +1,4 @@
 """Configuration: the typed schema (:mod:`toolformer.config.schema`, one
-dataclass per stage) and its loading from YAML with ``key=value`` overrides
-(:mod:`toolformer.config.load`)."""
+dataclass per stage; the tools' section in :mod:`toolformer.config.tools`, the
+small world's in :mod:`toolformer.config.world`) and its loading from YAML with
+``key=value`` overrides (:mod:`toolformer.config.load`)."""

@@ -1,0 +1,226 @@
+"""Configuration of the small world (CPU demo): its generator (`world`), the base model trained on it
+(`pretrain`) and the demo's own settings (`demo`); :mod:`toolformer.config.schema` holds the whole config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class WorldConfig:
+    output_dir: str = ""
+    """Folder of the generated small world's files; empty = RUN_DIR/world."""
+    seed: int = 0
+    """Seed of the world: the same seed and counts write the same files."""
+    towns: int = 60
+    """Towns (founding year, population, river, mayor, a price each)."""
+    rivers: int = 12
+    """Rivers (length, source, mouth)."""
+    ranges: int = 5
+    """Hill ranges (height of the highest point)."""
+    seas: int = 4
+    """Seas the rivers flow into (at most 6)."""
+    people: int = 90
+    """People (birth year and town, profession, death year); mayors are drawn from them."""
+    events: int = 40
+    """Dated events (floods, fires, fairs, bridges, treaties), at most one per town."""
+    pretrain_fact_share: float = 0.5
+    """Share of the facts that the pre-training corpus states."""
+    corpus_fact_share: float = 0.25
+    """Share of the facts stated only in the annotation corpus; the rest only in the tools' data
+    (eval_qa asks those)."""
+    pretrain_docs: int = 40000
+    """Documents in pretrain.jsonl."""
+    note_share: float = 0.3
+    """Pre-training: share of arithmetic items and dates announced by a call note at the document start."""
+    earlier_share: float = 0.3
+    """Pre-training: share of arithmetic items whose answer is stated earlier in prose."""
+    problem_share: float = 0.3
+    """Share of arithmetic items written as a word problem ending `The answer is N.`"""
+    filler_share: float = 0.5
+    """Chance of a sentence repeating an earlier number after each arithmetic item."""
+    nonce_share: float = 0.5
+    """Pre-training: share of fact documents about an entity invented for that document, with QA notes to copy from."""
+    copy_share: float = 0.15
+    """Pre-training: share of documents that list numbers and repeat them (they teach in-context copying)."""
+    induction_share: float = 0.0
+    """Pre-training: share of documents that say a run of arbitrary words, names and numbers twice."""
+    copycall_share: float = 0.0
+    """Pre-training: share of documents with word problems or quiz questions in scrambled wording (words dropped,
+    swapped, inserted) and each one's call inline, where a tuned model writes it: a call's input that can only be
+    copied from the text, not recalled from a form."""
+    text_order: bool = False
+    """Calls of + and * state their numbers in the order the text does (`b + a` for a form that says b first), in
+    pre-training notes and gold calls, as the filter keeps them; false: always `a op b`."""
+    cuecall_share: float = 0.0
+    """Pre-training: share of documents with word problems of loose words around two numbers and one cue of an
+    operation (a phrase only that operation's training forms use), the call inline: + and * in the text's order,
+    - and / the larger number first."""
+    rewrite_share: float = 0.0
+    """Pre-training: share of the quiz questions of copycall documents with about half their small words replaced
+    by random ones (the rest scrambled): a question no form writes, copied word for word into its call."""
+    rewrite_math_share: float = 0.0
+    """Pre-training: share of the word problems of copycall documents with about half their small words replaced
+    by random ones, the words of the operation's cues and the object words kept (the rest scrambled): a problem no
+    form writes, its numbers copied into the call."""
+    noise_share: float = 0.0
+    """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
+    becomes unpredictable, so a call that repeats it is copied, not recalled)."""
+    separator_share: float = 0.25
+    """Share of arithmetic items that write numbers of 1,000 and more with thousands separators."""
+    heldout_forms_per_op: int = 4
+    """Arithmetic forms of each operation (of 12) held out of all training text: only math_unseen uses them."""
+    heldout_questions: int = 3
+    """Question forms of each relation (of 8) held out of all training text: only qa_unseen uses them."""
+    heldout_vocabulary: float = 0.25
+    """Share of object words and first names held out of training text (half of math_unseen uses them)."""
+    math_share: float = 0.55
+    """Share of arithmetic documents in every corpus (after the copy documents of pre-training)."""
+    quiz_share: float = 0.12
+    """Share of `Question: ... Answer: ...` documents in pre-training and held-out text."""
+    dated_share: float = 0.08
+    """Share of documents that mention a date."""
+    corpus_docs: int = 2000
+    """Documents in corpus.jsonl, the pipeline's annotation corpus."""
+    heldout_docs: int = 500
+    """Documents in heldout.jsonl (plain text for perplexity)."""
+    eval_math: int = 300
+    """Word problems in each of eval_math_seen.json and eval_math_unseen.json (3-4-digit operations, the four
+    operations balanced)."""
+    eval_qa: int = 300
+    """Questions in each of eval_qa_seen.jsonl and eval_qa_unseen.jsonl, about the facts only the tools' data
+    states (each asked more than once when there are fewer)."""
+    twostep_docs: int = 0
+    """Annotation documents with a two-step word problem and its worked answer (`The answer is 888 + 150 =
+    1038.`), appended to corpus.jsonl after the corpus_docs others; their gold calls are the two steps, the second's
+    input starting with the first's result (chained calls)."""
+    noisy_docs: int = 0
+    """Annotation documents like the corpus's word problems, stories and quizzes, with 1-3 random words inserted
+    into every problem and question (what noise_share does in pre-training), appended to corpus.jsonl after the
+    two-step ones: in fine-tuning text a call that repeats them must be copied, not recalled from a form."""
+    eval_twostep: int = 0
+    """Two-step word problems in eval_math_twostep.json (training forms and words; SVAMP format): a first
+    operation on two numbers, then a second on its result and a third number; 0 = no such file."""
+
+    def validate(self) -> None:
+        for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
+                     "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
+                     "induction_share", "copycall_share", "cuecall_share", "rewrite_share", "rewrite_math_share",
+                     "noise_share", "separator_share", "heldout_vocabulary"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
+        if not 1 <= self.heldout_forms_per_op <= 6:
+            raise ValueError(f"heldout_forms_per_op: {self.heldout_forms_per_op} is not between 1 and 6 (of 12)")
+        if not 1 <= self.heldout_questions <= 4:
+            raise ValueError(f"heldout_questions: {self.heldout_questions} is not between 1 and 4 (of 8)")
+        for a, b in (("pretrain_fact_share", "corpus_fact_share"), ("note_share", "earlier_share"),
+                     ("copy_share", "induction_share")):
+            if getattr(self, a) + getattr(self, b) > 1.0:
+                raise ValueError(f"{a} + {b} exceeds 1")
+        if self.copy_share + self.induction_share + self.copycall_share + self.cuecall_share > 1.0:
+            raise ValueError("copy_share + induction_share + copycall_share + cuecall_share exceeds 1")
+        if self.math_share + self.quiz_share + self.dated_share > 1.0:
+            raise ValueError("math_share + quiz_share + dated_share exceeds 1")
+        if self.towns < 2 or self.rivers < 1 or self.ranges < 1 or not 1 <= self.seas <= 6 or self.people < 1:
+            raise ValueError("needs at least 2 towns, 1 river, 1 range, 1-6 seas and 1 person")
+        if self.events > self.towns:
+            raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
+        if self.twostep_docs < 0 or self.eval_twostep < 0 or self.noisy_docs < 0:
+            raise ValueError("twostep_docs, noisy_docs and eval_twostep must be 0 or more")
+
+
+# World fields that shape only the annotation corpus (documents appended after the corpus_docs others) and the
+# evaluation sets, never pretrain.jsonl nor what the tokenizer and probes read: `pretrain_key` leaves them out, so
+# adding one keeps the shipped base model valid (`use_shipped` still checks the sha256 of pretrain.jsonl).
+WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "noisy_docs", "eval_twostep")
+
+
+@dataclass
+class PretrainConfig:
+    output_dir: str = ""
+    """Folder of the pre-trained base model and its tokenizer; empty = RUN_DIR/base-model."""
+    arch: str = "llama"
+    """llama (rotary positions: copying appears sooner here) or gpt2 (learned positions)."""
+    vocab_size: int = 900
+    """BPE vocabulary trained on the world's texts (one token per digit)."""
+    digits_apart: bool = False
+    """The space before a digit is a token of its own, never part of the digit's: a number is the same tokens
+    in the text and after ``(`` in a call (the first operand a model copies into a call)."""
+    hidden: int = 128
+    """Width of the model."""
+    layers: int = 3
+    """Transformer blocks."""
+    heads: int = 4
+    """Attention heads per block."""
+    positions: int = 128
+    """Longest sequence the model accepts, in tokens (the annotation documents are shorter)."""
+    seq_len: int = 128
+    """Length of the packed training sequences, in tokens (each starts with BOS)."""
+    packing: str = "stream"
+    """stream: documents back to back, each after BOS, rows cut anywhere (no padding); whole: a document that
+    fits a row is never split (rows padded: `toolformer pretrain` prints how much)."""
+    batch_size: int = 32
+    """Sequences per optimizer step."""
+    max_steps: int = 3000
+    """Optimizer steps (copying from a prefix appears between steps 1,500 and 1,750 of 32x128 tokens)."""
+    learning_rate: float = 3e-3
+    """Peak learning rate, cosine decay after warm-up."""
+    warmup_ratio: float = 0.05
+    """Share of steps with linear warm-up."""
+    weight_decay: float = 0.1
+    """AdamW weight decay."""
+    eval_every: int = 250
+    """Dev loss every this many steps."""
+    dev_docs: int = 400
+    """Pre-training documents held out for the dev loss."""
+    threads: int = 1
+    """torch CPU threads; 0 = one per core (a tiny model gains little from two, and stalls when a core is busy)."""
+    probe_items: int = 200
+    """Items of each copy probe (Calculator, QA) and of the base model's eval_math check; 0 = no probe."""
+    shipped: str = "data/world-base"
+    """A base model `toolformer pretrain` made, copied instead of training when its pretrain.json records this
+    config's key and max_steps and its weights hash checks out; empty = always train."""
+
+    def validate(self) -> None:
+        if self.arch not in ("gpt2", "llama"):
+            raise ValueError(f"arch: {self.arch!r} is not one of gpt2, llama")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden: {self.hidden} is not a multiple of heads ({self.heads})")
+        if self.packing not in ("stream", "whole"):
+            raise ValueError(f"packing: {self.packing!r} is not one of stream, whole")
+        if self.seq_len > self.positions:
+            raise ValueError(f"seq_len: {self.seq_len} exceeds positions ({self.positions})")
+
+
+@dataclass
+class DemoConfig:
+    math_prompt: str = "{question} The answer is"
+    """Prompt template of the small world's arithmetic evaluation set."""
+    qa_prompt: str = "Question: {question} Answer:"
+    """Prompt template of the small world's QA evaluation set."""
+    plain_from_pretraining: bool = True
+    """Let the build stage's plain mix draw from the world's pre-training text too (build.plain_path): the paper's
+    C* is pre-training-like text with sparse calls, while the annotation corpus has a call in most documents."""
+    max_calls_row: int = 2
+    """Also evaluate the tuned model with at most this many calls per item, as the row `toolformer_<n>calls` (a
+    later call may copy an earlier call's result from the text); 0 = no such row. The `toolformer` row keeps
+    evaluate.max_calls."""
+    twostep_max_new_tokens: int = 56
+    """Tokens generated per item of math_twostep (world.eval_twostep): two calls and a worked answer take about 45."""
+    rounds: int = 1
+    """Rounds of self-training (`toolformer demo --rounds 2`). Round 2 samples calls with the round-1 model (the
+    paper's sampler, sample.prompt none: p(call-start) from the text alone, the paper's tau_s, k and m), executes
+    them, filters them, and fine-tunes the base model on them, in RUN_DIR/round2 (one folder per judge). Round 2
+    runs no chain round (chain.rounds 1): that would be a second sampling pass over every document with a call."""
+    round2_filters: list[str] = field(default_factory=lambda: ["base", "round1"])
+    """Models whose losses judge round 2's calls, one tuned model and one table row each: `base` (the paper's
+    filter; row toolformer_round2) and/or `round1` (the round-1 model; row toolformer_round2_judged_by_round1)."""
+
+    def validate(self) -> None:
+        if self.max_calls_row < 0 or self.twostep_max_new_tokens < 1:
+            raise ValueError("max_calls_row must be 0 or more and twostep_max_new_tokens at least 1")
+        if self.rounds not in (1, 2):
+            raise ValueError(f"rounds: {self.rounds} is not 1 or 2")
+        bad = [f for f in self.round2_filters if f not in ("base", "round1")]
+        if bad or not self.round2_filters or len(set(self.round2_filters)) < len(self.round2_filters):
+            raise ValueError(f"round2_filters: {self.round2_filters} must list base and/or round1, each once")
