@@ -7,15 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.lm.training import (
-    IGNORE_INDEX,
-    TrainArgs,
-    batch_inputs,
-    checkpoint_dirs,
-    lr_factor,
-    pack_sequences,
-    train_causal_lm,
-)
+from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, pack_sequences
+from toolformer.lm.training import TrainArgs, checkpoint_dirs, lr_factor, train_causal_lm
 
 TEXTS = [f"The town of Vell has {i} people and [Calculator({i} * 3) → {i * 3}] {i * 3} cows." for i in range(40)]
 
@@ -163,8 +156,8 @@ def test_gradient_accumulation_matches_one_big_batch(tiny_model_dir, rows, tmp_p
 def test_row_nlls_takes_tokens_out_and_renormalises(tiny_model_dir, tok, rows):
     """The NLL with tokens taken out equals scoring under the softmax with those logits at -inf, but where the
     target is one of them (it keeps its plain log-likelihood); without tokens it is the plain NLL."""
+    from toolformer.lm.rows import row_nll, row_nlls
     from toolformer.lm.textpos import marker_token_ids
-    from toolformer.lm.training import row_nll, row_nlls
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
     pad = tok.pad_token_id

@@ -44,8 +44,8 @@ from toolformer.config.schema import PipelineConfig, TaskConfig
 from toolformer.lm.generate import generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import check_tool_data, setup_line, tool_setup, with_folder_tools
 from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
+from toolformer.lm.rows import IGNORE_INDEX, row_nlls
 from toolformer.lm.textpos import marker_token_ids
-from toolformer.lm.training import IGNORE_INDEX, row_nlls
 from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
 from toolformer.stages import StageResult, start
 from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_numbers, load_task

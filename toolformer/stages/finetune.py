@@ -33,7 +33,8 @@ import torch
 from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
-from toolformer.lm.training import TrainArgs, pack_sequences, train_causal_lm
+from toolformer.lm.rows import pack_sequences
+from toolformer.lm.training import TrainArgs, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
 from toolformer.run.parallel import use_cpu

@@ -110,7 +110,7 @@ def pack_with_bos(tokenizer, texts: list[str], seq_len: int, packing: str = "str
     added; ``whole``: no document that fits in a row is split across two."""
     import torch
 
-    from toolformer.lm.training import pack_sequences
+    from toolformer.lm.rows import pack_sequences
 
     if packing == "whole":
         return pack_sequences(tokenizer, texts, seq_len, whole_documents=True)  # (N, T)
@@ -226,8 +226,9 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
         return out
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
     set_threads(pc.threads)
+    from toolformer.lm.rows import IGNORE_INDEX
     from toolformer.lm.tokenizer import train_tokenizer
-    from toolformer.lm.training import IGNORE_INDEX, TrainArgs, train_causal_lm
+    from toolformer.lm.training import TrainArgs, train_causal_lm
     from toolformer.stages import seed_everything
 
     ensure_world(cfg)
