@@ -31,19 +31,16 @@ from toolformer.world.arithmetic import (
     FORMS,
     OP_NAMES,
     OPS,
-    TWOSTEP_FORMS,
     UNITS,
     Item,
     Split,
-    TwoStepForm,
-    TwoStepItem,
     earlier,
     filler,
     make_item,
-    make_twostep,
     written,
 )
 from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
+from toolformer.world.twostep import TWOSTEP_FORMS, TwoStepForm, TwoStepItem, make_twostep
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
 NONCE_NOTE_SHARE = 0.8  # facts of invented entities announced by a QA note

@@ -46,7 +46,7 @@ from pathlib import Path
 from toolformer.config.load import config_hash
 from toolformer.config.schema import PipelineConfig, WorldConfig
 from toolformer.run.folder import atomic_write_text, dumps
-from toolformer.world.arithmetic import TWOSTEP_FORMS, Split, split_forms
+from toolformer.world.arithmetic import Split, split_forms
 from toolformer.world.corpora import (
     OPS,
     LeakGuard,
@@ -59,6 +59,7 @@ from toolformer.world.corpora import (
     random_date,
 )
 from toolformer.world.entities import QUESTION_FORMS, Fact, World, build_world, split_facts, split_questions
+from toolformer.world.twostep import TWOSTEP_FORMS
 
 EVAL_SETS = ("math_seen", "math_unseen", "qa_seen", "qa_unseen")
 TWOSTEP_SET = "math_twostep"  # written only with world.eval_twostep
