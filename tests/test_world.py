@@ -91,7 +91,7 @@ def test_twostep_problems_and_documents(world):
     """Two-step problems (SVAMP format, training forms and words) and annotation documents whose second gold call
     starts with the first one's result, written at the answer of a worked solution."""
     from toolformer.tasks import load_task
-    from toolformer.world.arithmetic import TWOSTEP_KEYS
+    from toolformer.world.twostep import TWOSTEP_KEYS
 
     forms = json.loads(world["forms"].read_text())
     problems = json.loads(world["eval_math_twostep"].read_text())
@@ -130,7 +130,7 @@ def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
 def test_noisy_documents_copy_their_words_into_the_gold_calls(world, tmp_path):
     """The noisy annotation documents come last, from their own stream: arithmetic and quizzes in training forms
     with random words inserted, which a quiz's gold call repeats word for word."""
-    from toolformer.world.corpora import NOISE_WORDS
+    from toolformer.world.copying import NOISE_WORDS
 
     first = SMALL["corpus_docs"] + SMALL["twostep_docs"]
     docs = jsonl(world["corpus"])[first:]
@@ -184,7 +184,7 @@ def test_copycall_documents_copy_their_scrambled_wording_into_the_call(world):
     """Pre-training's copy-call documents: quizzes and word problems in broken-up wording, the call inline where a
     tuned model writes it, its input copied from the text (every word of a question, the numbers of a problem)."""
     style = get_style("plain")
-    from toolformer.world.corpora import NOISE_WORDS
+    from toolformer.world.copying import NOISE_WORDS
 
     quizzes = problems = noisy = 0
     for text in (d["text"] for d in jsonl(world["pretrain"])):
@@ -210,7 +210,8 @@ def test_rewritten_problems_keep_numbers_cues_and_objects(world, tmp_path):
     import random
 
     from toolformer.world.arithmetic import split_forms
-    from toolformer.world.corpora import Writer, cue_phrases
+    from toolformer.world.copying import cue_phrases
+    from toolformer.world.corpora import Writer
     from toolformer.world.entities import build_world, split_questions
 
     rewritten = generate_world(small_cfg(tmp_path, rewrite_math_share=1.0))
@@ -308,7 +309,7 @@ def test_cuecall_documents_take_the_operation_from_their_cue(world):
     """Loose word problems: two numbers, one cue that only one operation's training forms use, the call inline; + and
     * in the text's order, - and / the larger number first; cues are never words of held-out forms alone."""
     from toolformer.world.arithmetic import split_forms
-    from toolformer.world.corpora import CUE_PHRASES, cue_phrases
+    from toolformer.world.copying import CUE_PHRASES, cue_phrases
 
     cues = cue_phrases(split_forms(0))
     assert all(cues[op] and set(cues[op]) <= set(CUE_PHRASES[op]) for op in cues)
