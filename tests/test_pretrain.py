@@ -264,8 +264,9 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     record = json.loads((repo_root / cfg.pretrain.shipped / "pretrain.json").read_text())
     assert cfg.world.twostep_docs and cfg.world.eval_twostep  # the demo has two-step data
     assert record["key"] == pretrain_key(cfg) and record["steps"] == cfg.pretrain.max_steps
-    assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "noisy_docs", "eval_twostep"}
-    off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0", "world.noisy_docs=500"])
+    assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "noisy_docs", "problem_docs", "eval_twostep"}
+    off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0", "world.noisy_docs=500",
+                                             "world.problem_docs=300"])
     assert pretrain_key(off) == record["key"]
     # A field added later counts only away from the value that writes the corpus older models were trained on:
     # at that value the key is the one of the config before the field existed.
@@ -293,8 +294,8 @@ def test_tokenizer_and_probe_texts_leave_the_twostep_documents_out(tmp_path):
     from toolformer.world.pretrain import tokenizer_texts
 
     with_two = generate_world(small_cfg(tmp_path / "a"))
-    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0, noisy_docs=0))
-    assert SMALL["twostep_docs"] and SMALL["noisy_docs"]
+    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0, noisy_docs=0, problem_docs=0))
+    assert SMALL["twostep_docs"] and SMALL["noisy_docs"] and SMALL["problem_docs"]
     assert with_two["corpus"].read_bytes() != without["corpus"].read_bytes()
     n = SMALL["corpus_docs"]
     assert tokenizer_texts(with_two, n) == tokenizer_texts(without, n) == tokenizer_texts(without)

@@ -16,6 +16,7 @@ from toolformer.world.entities import Fact
 
 SMALL = dict(towns=14, rivers=3, ranges=2, seas=2, people=18, events=6, pretrain_docs=400, corpus_docs=150,
              heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16, noisy_docs=20,
+             problem_docs=12,
              copycall_share=0.2, cuecall_share=0.1)
 
 
@@ -54,7 +55,7 @@ def test_files_have_their_fields(world):
     assert all(set(d) == {"text"} and d["text"] for d in jsonl(world["pretrain"]))
     assert all(set(d) == {"text"} for d in jsonl(world["heldout"]))
     corpus = jsonl(world["corpus"])
-    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"] + SMALL["noisy_docs"]
+    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"] + SMALL["noisy_docs"] + SMALL["problem_docs"]
     assert len({d["id"] for d in corpus}) == len(corpus)
     for d in corpus:
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", d["date"]) and d["text"] and d["gold_calls"]
@@ -118,7 +119,7 @@ def test_twostep_problems_and_documents(world):
 def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
     """The two-step documents and problems draw from their own streams: without them every file is the same,
     and the annotation corpus is the same up to them."""
-    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0, noisy_docs=0))
+    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0, noisy_docs=0, problem_docs=0))
     assert not without["eval_math_twostep"].exists()
     for name, path in without.items():
         if name not in ("summary", "corpus", "eval_math_twostep"):
@@ -128,12 +129,12 @@ def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
 
 
 def test_noisy_documents_copy_their_words_into_the_gold_calls(world, tmp_path):
-    """The noisy annotation documents come last, from their own stream: arithmetic and quizzes in training forms
+    """The noisy annotation documents come after the two-step ones, from their own stream: arithmetic and quizzes in training forms
     with random words inserted, which a quiz's gold call repeats word for word."""
     from toolformer.world.copying import NOISE_WORDS
 
     first = SMALL["corpus_docs"] + SMALL["twostep_docs"]
-    docs = jsonl(world["corpus"])[first:]
+    docs = jsonl(world["corpus"])[first : first + SMALL["noisy_docs"]]
     assert [d["id"] for d in docs] == [f"d{first + i:05d}" for i in range(SMALL["noisy_docs"])]
     tools = {g["tool"] for d in docs for g in d["gold_calls"]}
     assert tools == {"Calculator", "QA"}
@@ -143,11 +144,31 @@ def test_noisy_documents_copy_their_words_into_the_gold_calls(world, tmp_path):
             if g["tool"] == "QA" and not g.get("aside"):
                 assert f"Question: {g['input']} Answer: " in d["text"]
                 assert set(g["input"].replace("?", "").split()) & set(NOISE_WORDS), g
-    without = generate_world(small_cfg(tmp_path, noisy_docs=0))
+    without = generate_world(small_cfg(tmp_path, noisy_docs=0, problem_docs=0))
     for name, path in without.items():
         if name not in ("summary", "corpus"):
             assert path.read_bytes() == world[name].read_bytes(), name
     assert world["corpus"].read_bytes().startswith(without["corpus"].read_bytes())
+
+
+def test_problem_documents_answer_one_step_problems(world, tmp_path):
+    """The one-step problem documents come last, from their own stream: 1-2 word problems in training forms,
+    each answered `The answer is c.` with its gold call there, and nothing after the answer but a new sentence."""
+    first = SMALL["corpus_docs"] + SMALL["twostep_docs"] + SMALL["noisy_docs"]
+    docs = jsonl(world["corpus"])[first:]
+    assert [d["id"] for d in docs] == [f"d{first + i:05d}" for i in range(SMALL["problem_docs"])]
+    for d in docs:
+        calls = [g for g in d["gold_calls"] if g["tool"] == "Calculator"]
+        assert 1 <= len(calls) <= 2 and d["text"].count("The answer is ") == len(calls), d["text"]
+        for g in calls:
+            assert d["text"][: g["char_start"]].endswith("The answer is ")
+            after = d["text"][g["char_start"] + len(g["result"]):]
+            assert after.startswith("."), d["text"]
+            assert calculate(g["input"]) == g["result"]
+    with_more = generate_world(small_cfg(tmp_path, problem_docs=SMALL["problem_docs"] + 5))
+    longer = jsonl(with_more["corpus"])
+    assert longer[: first + SMALL["problem_docs"]] == jsonl(world["corpus"])
+    assert len(longer) == first + SMALL["problem_docs"] + 5
 
 
 def test_qa_tool_answers_every_eval_question_and_gold_call(world):

@@ -98,6 +98,11 @@ class WorldConfig:
     """Annotation documents like the corpus's word problems, stories and quizzes, with 1-3 random words inserted
     into every problem and question (what noise_share does in pre-training), appended to corpus.jsonl after the
     two-step ones: in fine-tuning text a call that repeats them must be copied, not recalled from a form."""
+    problem_docs: int = 0
+    """Annotation documents of 1-2 word problems in training forms, each with its answer (`... How many pens do
+    they have together? The answer is 8162.`), appended to corpus.jsonl after the noisy ones: one-step answers to
+    weigh against the two-step worked answers, which go on after the first result (`The answer is 200 + 237 =
+    437.`)."""
     eval_twostep: int = 0
     """Two-step word problems in eval_math_twostep.json (training forms and words; SVAMP format): a first
     operation on two numbers, then a second on its result and a third number; 0 = no such file."""
@@ -125,14 +130,15 @@ class WorldConfig:
             raise ValueError("needs at least 2 towns, 1 river, 1 range, 1-6 seas and 1 person")
         if self.events > self.towns:
             raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
-        if self.twostep_docs < 0 or self.eval_twostep < 0 or self.noisy_docs < 0:
-            raise ValueError("twostep_docs, noisy_docs and eval_twostep must be 0 or more")
+        for name in ("twostep_docs", "noisy_docs", "problem_docs", "eval_twostep"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}: must be 0 or more, got {getattr(self, name)}")
 
 
 # World fields that shape only the annotation corpus (documents appended after the corpus_docs others) and the
 # evaluation sets, never pretrain.jsonl nor what the tokenizer and probes read: `pretrain_key` leaves them out, so
 # adding one keeps the shipped base model valid (`use_shipped` still checks the sha256 of pretrain.jsonl).
-WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "noisy_docs", "eval_twostep")
+WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "noisy_docs", "problem_docs", "eval_twostep")
 
 
 @dataclass

@@ -12,7 +12,8 @@ corpus.jsonl        ``id``, ``date``, ``text``, ``gold_calls``: the annotation
                     corpus (``gold_calls``: the calls that give each answer,
                     ``tool``, ``input``, ``result``, ``char_start``); the
                     ``world.twostep_docs`` two-step problems with worked
-                    answers come after the ``corpus_docs`` others
+                    answers, the ``noisy_docs`` and the ``problem_docs``
+                    come after the ``corpus_docs`` others, in that order
 heldout.jsonl       ``text``: plain text for perplexity
 eval_math_seen.json SVAMP format (``Body``, ``Question``, ``Answer``, ``Form``
                     ...): word problems in training forms and words
@@ -159,6 +160,21 @@ def _noisy_docs(world: World, wc: WorldConfig, split: Split, questions: dict, fa
     return rows
 
 
+def _problem_docs(world: World, wc: WorldConfig, split: Split, questions: dict, facts: list[Fact],
+                  guard: LeakGuard, first: int) -> list[dict]:
+    """The ``problem_docs`` annotation documents, from their own stream, numbered from ``first``: 1-2 word
+    problems in training forms and words, each ending ``The answer is c.``, maybe with filler or a known fact."""
+    rng = random.Random(f"{wc.seed}-problems")
+    w = Writer(world, rng, facts, split, questions, problem_share=1.0, filler_share=wc.filler_share,
+               separators=wc.separator_share, text_order=wc.text_order)
+    rows = []
+    for i in range(wc.problem_docs):
+        date = random_date(rng)
+        text, gold = _guarded(lambda: w.math_doc("large", max_items=2), guard, "one-step problem")
+        rows.append({"id": f"d{first + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
+    return rows
+
+
 def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     """Generate the world of ``cfg.world`` and write its files; return their paths."""
     wc = cfg.world
@@ -205,9 +221,11 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     rows += _twostep_docs(world, wc, split, train_q, pre + cor, LeakGuard(held))
     rows += _noisy_docs(world, wc, split, train_q, cor, LeakGuard(held), len(rows))
+    rows += _problem_docs(world, wc, split, train_q, pre + cor, LeakGuard(held), len(rows))
     counts["corpus"] = _write_jsonl(paths["corpus"], rows)
     counts["corpus_twostep"] = wc.twostep_docs
     counts["corpus_noisy"] = wc.noisy_docs
+    counts["corpus_problems"] = wc.problem_docs
 
     w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
                filler_share=wc.filler_share, separators=wc.separator_share, text_order=wc.text_order)
@@ -248,6 +266,8 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
           f"QA eval items per set (seen and unseen forms)"
           + (f", {wc.twostep_docs:,} two-step annotation documents (in the {counts['corpus']:,})" if wc.twostep_docs
              else "")
+          + (f", {wc.noisy_docs:,} noisy annotation documents" if wc.noisy_docs else "")
+          + (f", {wc.problem_docs:,} one-step problem documents" if wc.problem_docs else "")
           + (f", {wc.eval_twostep:,} two-step problems" if wc.eval_twostep else "")
           + f" to {world_dir(cfg)} in {seconds:.1f} s")
     return paths
