@@ -129,8 +129,8 @@ def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
 
 
 def test_noisy_documents_copy_their_words_into_the_gold_calls(world, tmp_path):
-    """The noisy annotation documents come after the two-step ones, from their own stream: arithmetic and quizzes in training forms
-    with random words inserted, which a quiz's gold call repeats word for word."""
+    """The noisy annotation documents come after the two-step ones, from their own stream: arithmetic and quizzes
+    in training forms with random words inserted, which a quiz's gold call repeats word for word."""
     from toolformer.world.copying import NOISE_WORDS
 
     first = SMALL["corpus_docs"] + SMALL["twostep_docs"]
