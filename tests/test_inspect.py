@@ -11,7 +11,8 @@ from helpers import shard_records, write_jsonl
 
 from toolformer.cli import main
 from toolformer.config.schema import PipelineConfig
-from toolformer.inspect.view import GOLD_TOLERANCE, gold_summary, in_context, same_result, sentence_around
+from toolformer.inspect.gold import GOLD_TOLERANCE, gold_summary, same_result
+from toolformer.inspect.view import in_context, sentence_around
 from toolformer.stages.inspect import run_stage
 from toolformer.tools.calls import get_style, insert_calls
 

@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
-from toolformer.inspect.view import candidate_gold, gold_summary, match_gold
+from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
 from toolformer.run.folder import Stage, atomic_write_text
 

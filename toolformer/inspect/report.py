@@ -23,14 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
-from toolformer.inspect.view import (
-    QUANTILES,
-    Inspection,
-    call_text,
-    in_context,
-    margin,
-    status,
-)
+from toolformer.inspect.inspection import Inspection
+from toolformer.inspect.view import QUANTILES, call_text, in_context, margin, status
 from toolformer.run.folder import atomic_write_text
 
 CSS = """

@@ -1,12 +1,13 @@
 """Kept calls against gold calls at other thresholds: what the filter would have kept at each tau_f, counted from
 the L⁻ and L⁺ its records hold (no model runs), and how many of those calls are right
-(:func:`toolformer.inspect.view.match_gold`). ``python scripts/gold_by_tau.py RUN_DIR`` prints it."""
+(:func:`toolformer.inspect.gold.match_gold`). ``python scripts/gold_by_tau.py RUN_DIR`` prints it."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from toolformer.inspect.view import match_gold, read_stage
+from toolformer.inspect.gold import match_gold
+from toolformer.inspect.view import read_stage
 from toolformer.lm.losses import is_kept
 from toolformer.run.folder import read_documents
 

@@ -7,7 +7,7 @@ pre-filter → positions → candidates → executed without error → kept), th
 quantiles of L⁻ − L⁺ and the top and bottom ``inspect.top`` calls by that
 margin, each inserted in its sentence; when the documents carry gold calls
 (``gold_calls``), the kept calls' precision and recall against them per tool
-and the wrong kept calls (:func:`toolformer.inspect.view.match_gold`). Writes into
+and the wrong kept calls (:func:`toolformer.inspect.gold.match_gold`). Writes into
 ``RUN_DIR/inspect/``:
 
     funnel.json          the funnel of every tool (ignores the filters); with
@@ -28,15 +28,9 @@ import json
 import re
 
 from toolformer.config.schema import PipelineConfig
+from toolformer.inspect.inspection import Inspection, inspect_run
 from toolformer.inspect.report import margin_histogram, write_report
-from toolformer.inspect.view import (
-    QUANTILES,
-    STEP_LABELS,
-    Inspection,
-    in_context,
-    inspect_run,
-    run_config,
-)
+from toolformer.inspect.view import QUANTILES, STEP_LABELS, in_context, run_config
 from toolformer.records import margin
 from toolformer.run.folder import Stage, atomic_write_bytes, atomic_write_text, fmt_pct
 from toolformer.stages import StageResult, stage_hash
