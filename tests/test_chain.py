@@ -139,8 +139,11 @@ def twostep_run(tmp_path, n_docs: int, *overrides):
 
     from toolformer.world import generate_world
 
-    world = generate_world(small_cfg(tmp_path / "w", twostep_docs=n_docs, noisy_docs=0))
-    docs = read_jsonl(world["corpus"])[-n_docs:]
+    wcfg = small_cfg(tmp_path / "w", twostep_docs=n_docs)
+    world = generate_world(wcfg)
+    first = wcfg.world.corpus_docs  # the two-step documents come right after the corpus documents
+    docs = read_jsonl(world["corpus"])[first : first + n_docs]
+    assert all(len(d["gold_calls"]) == 2 for d in docs)
     write_jsonl(tmp_path / "twostep.jsonl", docs)
     cfg = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [
         f"run_dir={tmp_path / 'run'}", f"model.path={ROOT / 'data' / 'world-base'}",
