@@ -1,11 +1,12 @@
 """Why the tuned model's arithmetic answers are wrong, from the predictions the evaluate stage wrote:
 
-    python scripts/math_errors.py runs/demo --row toolformer --set math_unseen
+    python scripts/math_errors.py runs/demo --row toolformer --set math_unseen [--by-form]
 
 Each item of the set counts once: right (the answer); no call; a call whose result is the answer but a wrong
 answer after it; else by its first Calculator call against the numbers the problem states: the problem's two
 numbers with the wrong operation or order, one of them and another number (the same one twice, a miscopied
-one), none of them. One-step problems (two numbers) only.
+one), none of them. One-step problems (two numbers) only. ``--by-form`` adds a line per form of the small
+world's evaluation set (``RUN_DIR/world/eval_<set>.json``, its ``Form`` field), fewest right first.
 """
 
 from __future__ import annotations
@@ -42,16 +43,39 @@ def kind(item: dict) -> str:
     return "no operand from the problem"
 
 
-def count(path: Path) -> Counter:
-    """Items of the predictions file ``path`` per kind."""
-    kinds = Counter()
+def kinds_by_id(path: Path) -> dict[str, str]:
+    """The kind of each item of the predictions file ``path``, by its ``id`` (its line number when it has none)."""
+    kinds = {}
     with path.open(encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             try:
-                kinds[kind(json.loads(line))] += 1
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                record = json.loads(line)
+                kinds[str(record.get("id", lineno))] = kind(record)
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
                 raise ValueError(f"{path}:{lineno}: not a prediction record ({e})") from e
     return kinds
+
+
+def forms_of(path: Path) -> dict[str, str]:
+    """The form of each item of a small-world evaluation file (a JSON list with ``Form``), by its index, the id
+    the evaluate stage gives an item without one."""
+    try:
+        items = json.loads(path.read_text(encoding="utf-8"))
+        return {str(item.get("ID", i)): item["Form"] for i, item in enumerate(items)}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"{path}: not a small-world evaluation file with a Form per item ({e})") from e
+
+
+def by_form(kinds: dict[str, str], forms: dict[str, str]) -> list[str]:
+    """One line per form: right of all, then the wrong items' kinds; fewest right first."""
+    per_form: dict[str, Counter] = {}
+    for item_id, k in kinds.items():
+        per_form.setdefault(forms.get(item_id, "(no form)"), Counter())[k] += 1
+    lines = []
+    for form, c in sorted(per_form.items(), key=lambda fc: (fc[1]["right"] / sum(fc[1].values()), fc[0])):
+        wrong = ", ".join(f"{k} {c[k]}" for k in KINDS[1:] if c[k])
+        lines.append(f"  {form}: {c['right']}/{sum(c.values())} right" + (f"; {wrong}" if wrong else ""))
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,18 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("run_dir")
     parser.add_argument("--row", default="toolformer")
     parser.add_argument("--set", dest="split", default="math_unseen")
+    parser.add_argument("--by-form", action="store_true", help="a line per form of the world's evaluation set")
     args = parser.parse_args(argv)
     path = Path(args.run_dir) / "eval" / "predictions" / args.row / f"{args.split}.jsonl"
     if not path.exists():
         print(f"math_errors: {path} not found (toolformer evaluate writes it)", file=sys.stderr)
         return 2
     try:
-        kinds = count(path)
+        per_item = kinds_by_id(path)
+        forms = forms_of(Path(args.run_dir) / "world" / f"eval_{args.split}.json") if args.by_form else None
     except ValueError as e:
         print(f"math_errors: {e}", file=sys.stderr)
         return 2
-    total = sum(kinds.values())
-    print(f"{args.row} {args.split}: {total} items; " + ", ".join(f"{k} {kinds[k]}" for k in KINDS))
+    kinds = Counter(per_item.values())
+    print(f"{args.row} {args.split}: {len(per_item)} items; " + ", ".join(f"{k} {kinds[k]}" for k in KINDS))
+    if forms is not None:
+        print("\n".join(by_form(per_item, forms)))
     return 0
 
 

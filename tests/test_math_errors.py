@@ -14,11 +14,11 @@ def item(correct: bool, call: str | None, result: str = "", gold: str = "9776") 
     return {"prompt": PROMPT, "calls": calls, "correct": correct, "gold": gold}
 
 
-def run(tmp_path: Path, rows: list) -> subprocess.CompletedProcess:
+def run(tmp_path: Path, rows: list, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "eval" / "predictions" / "toolformer" / "math_unseen.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(r if isinstance(r, str) else json.dumps(r) + "\n" for r in rows))
-    return subprocess.run([sys.executable, str(ROOT / "scripts" / "math_errors.py"), str(tmp_path)],
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "math_errors.py"), str(tmp_path), *args],
                           capture_output=True, text=True)
 
 
@@ -42,3 +42,19 @@ def test_a_broken_line_or_a_missing_file_is_named(tmp_path):
     missing = subprocess.run([sys.executable, str(ROOT / "scripts" / "math_errors.py"), str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "not found (toolformer evaluate writes it)" in missing.stderr
+
+
+def test_by_form_counts_each_form_of_the_world_eval_set(tmp_path):
+    rows = [dict(item(True, "6305 + 3471", "9776"), id="0"), dict(item(False, "6305 + 6305", "12610"), id="1"),
+            dict(item(False, None), id="2")]
+    world = tmp_path / "world"
+    world.mkdir()
+    forms = [{"Body": "b", "Question": "q", "Answer": 1, "Form": f} for f in ("add-sum", "add-sum", "sub-sold")]
+    (world / "eval_math_unseen.json").write_text(json.dumps(forms))
+    done = run(tmp_path, rows, "--by-form")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[1:] == ["  sub-sold: 0/1 right; no call 1",
+                                            "  add-sum: 1/2 right; one operand wrong 1"]
+    (world / "eval_math_unseen.json").write_text(json.dumps([{"Body": "b"}]))
+    broken = run(tmp_path, rows, "--by-form")
+    assert broken.returncode == 2 and "eval_math_unseen.json: not a small-world evaluation file" in broken.stderr
