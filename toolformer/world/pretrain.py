@@ -5,7 +5,7 @@
    calls inline (the shape of the fine-tuning data, so `` [`` is one token) and
    the tool names: one token per digit; ``[``, ``]``, ``(``, ``)``, ``→`` and
    the tool names single tokens.
-2. A tiny causal LM (width 128, 3 layers by default, ~0.7M parameters; the demo's has 5 and 1.1M; lr 3e-3
+2. A tiny causal LM (width 128, 3 layers by default, ~0.7M parameters; the demo's has 6 and 1.3M; lr 3e-3
    cosine).
    Llama-shaped by default (rotary positions learned to copy sooner than
    GPT-2's learned positions). With the documents packed back to back,
