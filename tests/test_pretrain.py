@@ -228,6 +228,44 @@ def test_shipped_base_model_is_copied_when_it_matches(pretrained, tmp_path, caps
         pretrain_base_model(again)
 
 
+def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_path):
+    """pretrain.init_from: the steps start from the given model and keep its tokenizer (no new one is trained);
+    the record names the start's weights; a folder without a model, or a shape other than the config's, is an
+    error naming the key."""
+    import dataclasses
+    import shutil
+
+    from safetensors.torch import load_file
+
+    from toolformer.world.pretrain import pretrain_base_model, pretrain_key, sha256_file
+
+    cfg, out = pretrained
+    more = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, init_from=str(out), max_steps=2,
+                                                                 output_dir=str(tmp_path / "more")))
+    done = pretrain_base_model(more)
+    assert (done / "tokenizer.json").read_text() == (out / "tokenizer.json").read_text()
+    record = json.loads((done / "pretrain.json").read_text())
+    assert record["init_from"] == {"path": str(out), "model_sha256": sha256_file(out / "model.safetensors")}
+    assert record["steps"] == 2 and record["key"] != json.loads((out / "pretrain.json").read_text())["key"]
+    start, end = load_file(out / "model.safetensors"), load_file(done / "model.safetensors")
+    assert start.keys() == end.keys() and any(not (start[k] == end[k]).all() for k in start)  # trained further
+    # The start counts by its weights: the same model in another folder gives the same key, another model another.
+    shutil.copytree(out, tmp_path / "moved")
+    moved = dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, init_from=str(tmp_path / "moved")))
+    assert pretrain_key(moved) == record["key"]
+    assert pretrain_key(dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, init_from=str(done)))) \
+        != record["key"]
+
+    empty = dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, init_from=str(tmp_path / "none"),
+                                                                   output_dir=str(tmp_path / "x")))
+    with pytest.raises(FileNotFoundError, match="pretrain.init_from"):
+        pretrain_base_model(empty)
+    wider = dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, layers=2,
+                                                                   output_dir=str(tmp_path / "y")))
+    with pytest.raises(ValueError, match="pretrain.layers: 2, but the model of pretrain.init_from"):
+        pretrain_base_model(wider)
+
+
 @pytest.mark.slow
 def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
     """data/world-base is what `toolformer pretrain --config configs/demo.yaml`
@@ -275,11 +313,13 @@ def test_demo_config_has_the_shipped_base_models_key(repo_root):
     for name in WORLD_FIELDS_ADDED:
         delattr(before.world, name)
     assert pretrain_key(old) == pretrain_key(before) != record["key"]
-    for name, value in PRETRAIN_FIELDS_ADDED.items():  # the same for the pretrain section (bool fields)
+    for name, value in PRETRAIN_FIELDS_ADDED.items():  # the same for the pretrain section
         at = load_config(PipelineConfig, demo, [f"pretrain.{name}={str(value).lower()}"])
         gone = copy.deepcopy(at)
         delattr(gone.pretrain, name)
-        away = load_config(PipelineConfig, demo, [f"pretrain.{name}={str(not value).lower()}"])
+        # A bool field flipped; a folder field (init_from) set to a model folder.
+        other = str(repo_root / cfg.pretrain.shipped) if isinstance(value, str) else str(not value).lower()
+        away = load_config(PipelineConfig, demo, [f"pretrain.{name}={other}"])
         assert pretrain_key(at) == pretrain_key(gone) != pretrain_key(away)
     for changed in ("world.cuecall_share=0.1", "world.text_order=false", "world.copycall_share=0.2",
                     "world.rewrite_share=0.25"):

@@ -406,6 +406,30 @@ def test_heldout_forms_and_words_appear_in_no_training_text(world):
     """Held-out arithmetic forms, question forms, object words and first names
     are in no pre-training, annotation or held-out text (so in no fine-tuning
     text either: build draws from these), and only the unseen sets use them."""
+    assert_heldout_unseen(world, train_forms=32)
+
+
+def test_extra_train_forms_keep_the_heldout_split_and_reach_training_text(world, tmp_path):
+    """world.extra_train_forms: the 32 forms that are never held out join the training forms; the held-out forms,
+    objects and names stay those of the seed and are still in no training text, and the new forms are in the
+    pre-training and annotation text."""
+    from toolformer.world.arithmetic import EXTRA_FORMS
+
+    extra = generate_world(small_cfg(tmp_path, extra_train_forms=True))
+    assert_heldout_unseen(extra, train_forms=64)
+    forms, plain = (json.loads(w["forms"].read_text()) for w in (extra, world))
+    for key in ("heldout_forms", "heldout_units", "heldout_names"):
+        assert forms[key] == plain[key], key
+    assert forms["train_forms"] == plain["train_forms"] + [f.key for f in EXTRA_FORMS]
+    for name in ("pretrain", "corpus"):
+        texts = [d["text"] for d in jsonl(extra[name])]
+        used = {f.key for f in EXTRA_FORMS if any(_form_pattern(f.story).search(t) or
+                                                  _form_pattern(f"{f.body} {f.question}".strip()).search(t)
+                                                  for t in texts)}
+        assert len(used) >= 24, (name, sorted({f.key for f in EXTRA_FORMS} - used))
+
+
+def assert_heldout_unseen(world: dict[str, Path], train_forms: int) -> None:
     from toolformer.world.arithmetic import FORM_KEYS, UNITS
     from toolformer.world.entities import QUESTION_FORMS
 
@@ -419,7 +443,7 @@ def test_heldout_forms_and_words_appear_in_no_training_text(world):
             assert unit not in words and singular[unit] not in words, unit
     for name in forms["heldout_names"]:
         assert name not in words, name
-    assert len(forms["heldout_forms"]) == 16 and len(forms["train_forms"]) == 32
+    assert len(forms["heldout_forms"]) == 16 and len(forms["train_forms"]) == train_forms
     for key in forms["heldout_forms"]:
         form = FORM_KEYS[key]
         for template in (form.story, f"{form.body} {form.question}".strip()):

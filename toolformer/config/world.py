@@ -63,6 +63,10 @@ class WorldConfig:
     """Pre-training: share of the word problems of copycall documents with about half their small words replaced
     by random ones, the words of the operation's cues and the object words kept (the rest scrambled): a problem no
     form writes, its numbers copied into the call."""
+    extra_train_forms: bool = False
+    """Training text also uses the 32 arithmetic forms that are never held out (other verbs, a number in the
+    question, two sentences, bare operation words, comparisons): the held-out forms and words stay those of the
+    seed, and become a new composition of more known wordings."""
     noise_share: float = 0.0
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""
@@ -183,6 +187,9 @@ class PretrainConfig:
     """torch CPU threads; 0 = one per core (a tiny model gains little from two, and stalls when a core is busy)."""
     probe_items: int = 200
     """Items of each copy probe (Calculator, QA) and of the base model's eval_math check; 0 = no probe."""
+    init_from: str = ""
+    """A model folder (a base model `toolformer pretrain` made) to continue pre-training from, with its tokenizer
+    and shape, instead of a new model: the same steps on a changed corpus; empty = train from scratch."""
     shipped: str = "data/world-base"
     """A base model `toolformer pretrain` made, copied instead of training when its pretrain.json records this
     config's key and max_steps and its weights hash checks out; empty = always train."""

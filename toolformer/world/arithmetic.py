@@ -200,8 +200,96 @@ FORMS = [
        "A cart carried {a} {units} in {b} trips, the same load on each trip.",
        "How many {units} did the cart carry per trip?", "per same"),
 ]
-FORM_KEYS = {f.key: f for f in FORMS}
-assert len(FORM_KEYS) == len(FORMS)
+# Forms that only training text uses (``world.extra_train_forms``): never held out, so the split of
+# :data:`FORMS` and the ``math_unseen`` forms stay those of the seed. More ways to say each operation in training
+# make the held-out forms a new composition of more known words: other verbs, a number in the question, two
+# sentences, the bare operation words (``plus``, ``multiplied by``), a comparison ("how many more ... need").
+EXTRA_FORMS = [
+    _f("+", "add-trips", "On the first trip the cart brought {a} {units} to {T} and on the second trip {b}, {c} "
+       "{units} in total.", "On the first trip the cart brought {a} {units} to {T} and on the second trip {b} "
+       "{units}.", "How many {units} did the cart bring in total?", "total"),
+    _f("+", "add-gift", "{P} owned {a} {units}. A friend from {T} gave {P} another {b}, so now {P} owns {c} {units}.",
+       "{P} owned {a} {units}. A friend from {T} gave {P} another {b} {units}.", "How many {units} does {P} own now?",
+       "another"),
+    _f("+", "add-keeps-if", "If {T} keeps {a} {units} and {T2} keeps {b}, the total is {c} {units}.",
+       "", "What is the total number of {units} if {T} keeps {a} and {T2} keeps {b}?", "total question_first"),
+    _f("+", "add-rose", "The stock of {units} at {T} was {a} and rose by {b} to {c}.",
+       "The stock of {units} at {T} was {a} and rose by {b}.", "What is the stock of {units} at {T} now?", "rose"),
+    _f("+", "add-joined", "{b} {units} joined the {a} {units} already in the yard at {T}, so the yard held {c} "
+       "{units}.",
+       "{b} {units} joined the {a} {units} already in the yard at {T}.", "How many {units} are in the yard now?",
+       "joined", reversed=True),
+    _f("+", "add-plus", "{a} {units} plus {b} {units} is {c} {units}.",
+       "", "How many {units} is {a} {units} plus {b} {units}?", "plus question_first"),
+    _f("+", "add-two-days", "{P} made {a} {units} on Friday. On Saturday {P} made {b}. Over the two days {P} made "
+       "{c} {units}.", "{P} made {a} {units} on Friday. On Saturday {P} made {b} {units}.",
+       "How many {units} did {P} make over the two days?", "two_days"),
+    _f("+", "add-got", "{Actor} started with {a} {units} and got {b} new ones, ending with {c}.",
+       "{Actor} started with {a} {units} and got {b} new ones.", "How many {units} were there at the end?", "got"),
+    # -- subtraction -------------------------------------------------------------------------
+    _f("-", "sub-broke", "{P} had {a} {units}; {b} of them broke, and {c} {units} were still whole.",
+       "{P} had {a} {units} and {b} of them broke.", "How many {units} were still whole?", "broke"),
+    _f("-", "sub-need-more", "{P} needs {a} {units} and has {b}, so {P} needs {c} more.",
+       "{P} needs {a} {units} and has {b} {units}.", "How many more {units} does {P} need?", "more need"),
+    _f("-", "sub-exceed", "{T} counted {a} {units} and {T2} counted {b}, so {T} counted {c} more than {T2}.",
+       "{T} counted {a} {units} and {T2} counted {b} {units}.",
+       "By how many {units} does the count of {T} exceed that of {T2}?", "exceed more_than"),
+    _f("-", "sub-minus", "{a} {units} minus {b} {units} is {c} {units}.",
+       "", "How many {units} is {a} {units} minus {b} {units}?", "minus question_first"),
+    _f("-", "sub-removed", "{b} {units} were removed from a pile of {a}, leaving {c} {units}.",
+       "{b} {units} were removed from a pile of {a} {units}.", "How many {units} are in the pile now?", "removed",
+       reversed=True),
+    _f("-", "sub-fell", "The number of {units} in {T} fell from {a} to {b}, a drop of {c}.",
+       "The number of {units} in {T} fell from {a} to {b}.", "By how many did the number of {units} fall?", "fell"),
+    _f("-", "sub-unused", "The workshop at {T} used {b} of its {a} {units}, so {c} {units} are unused.",
+       "The workshop at {T} used {b} of its {a} {units}.", "How many {units} are unused?", "used", reversed=True),
+    _f("-", "sub-hands-out", "{Actor} started with {a} {units}, handed out {b} and kept {c}.",
+       "", "If {Actor} starts with {a} {units} and hands out {b}, how many {units} are left?",
+       "left question_first"),
+    # -- multiplication ----------------------------------------------------------------------
+    _f("*", "mul-bags", "There are {a} bags and each bag has {b} {units} in it, {c} {units} altogether.",
+       "There are {a} bags and each bag has {b} {units} in it.", "How many {units} are there altogether?", "each"),
+    _f("*", "mul-a-day", "For {a} days {Actor} needed {b} {units} a day, {c} {units} in total.",
+       "For {a} days {Actor} needed {b} {units} a day.", "How many {units} were needed in total?", "a_day"),
+    _f("*", "mul-multiplied", "{a} multiplied by {b} is {c}.", "", "What is {a} multiplied by {b}?",
+       "multiplied question_first"),
+    _f("*", "mul-stacks", "{P} made {a} stacks of {b} {units}, {c} {units} in all.",
+       "{P} made {a} stacks of {b} {units}.", "How many {units} were in the stacks?", "stacks"),
+    _f("*", "mul-one-costs", "One {unit} costs {b} crowns, so {a} of them cost {c} crowns.",
+       "One {unit} costs {b} crowns.", "What do {a} {units} cost?", "costs", reversed=True),
+    _f("*", "mul-workers", "{a} workers each carried {b} {units}, so the workers carried {c} {units}.",
+       "{a} workers each carried {b} {units}.", "How many {units} did the workers carry?", "each"),
+    _f("*", "mul-product", "The product of {a} and {b} is {c}.", "", "What is the product of {a} and {b}?",
+       "product question_first"),
+    _f("*", "mul-every-month", "{T} sends {b} {units} to the coast every month; over {a} months that is {c} {units}.",
+       "{T} sends {b} {units} to the coast every month.", "How many {units} does {T} send in {a} months?", "every",
+       reversed=True),
+    # -- division ----------------------------------------------------------------------------
+    _f("/", "div-boxes-of", "{a} {units} were packed in boxes of {b}, which filled {c} boxes.",
+       "{a} {units} were packed in boxes of {b}.", "How many boxes were filled?", "boxes_of"),
+    _f("/", "div-divided-by", "{a} divided by {b} is {c}.", "", "What is {a} divided by {b}?",
+       "divided question_first"),
+    _f("/", "div-bill", "{b} friends split a bill of {a} crowns evenly, {c} crowns each.",
+       "{b} friends split a bill of {a} crowns evenly.", "How many crowns did each friend pay?", "split evenly",
+       reversed=True),
+    _f("/", "div-groups-of", "From {a} {units}, {c} groups of {b} can be made.", "",
+       "How many groups of {b} can be made from {a} {units}?", "groups question_first", reversed=True),
+    _f("/", "div-a-day", "{Actor} made {a} crowns in {b} days, {c} crowns a day.",
+       "{Actor} made {a} crowns in {b} days, the same each day.", "How many crowns a day is that?", "a_day same"),
+    _f("/", "div-children", "{a} {units} were handed out to {b} children, the same number to each, {c} {units} per "
+       "child.", "{a} {units} were handed out to {b} children, the same number to each.",
+       "How many {units} did each child get?", "same each"),
+    _f("/", "div-rows", "{P} set {a} {units} out in {b} equal rows, {c} in each row.",
+       "{P} set {a} {units} out in {b} equal rows.", "How many {units} are in each row?", "equal rows"),
+    _f("/", "div-stalls", "Among {b} stalls at {T}, {a} {units} were shared out evenly, so each stall had {c}.",
+       "Among {b} stalls at {T}, {a} {units} were shared out evenly.", "How many {units} did each stall have?",
+       "shared evenly", reversed=True),
+]
+# No object word in them: held-out object words are drawn from those no form writes (split_forms).
+assert not {w for u in UNITS for w in u} & set(re.findall(r"[a-z]+", " ".join(
+    f.story + f.body + f.question for f in EXTRA_FORMS).lower())), "an object word in EXTRA_FORMS"
+FORM_KEYS = {f.key: f for f in [*FORMS, *EXTRA_FORMS]}
+assert len(FORM_KEYS) == len(FORMS) + len(EXTRA_FORMS)
 
 
 @dataclass(frozen=True)
@@ -231,9 +319,11 @@ def _valid_heldout(op_forms: list[Form], held: list[Form]) -> bool:
             and any(not f.reversed for f in train))
 
 
-def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25) -> Split:
+def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25, extra_train: bool = False) -> Split:
     """Hold out ``heldout_per_op`` forms of each operation and a share of the
-    objects and first names, by seed (see the module docstring)."""
+    objects and first names, by seed (see the module docstring); with
+    ``extra_train`` the training forms add :data:`EXTRA_FORMS` (the held-out
+    ones stay the same)."""
     rng = random.Random(f"{seed}-forms")
     held: list[Form] = []
     for op in OPS:
@@ -255,7 +345,8 @@ def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25)
     rng.shuffle(names)
     nu, nn = round(len(UNITS) * vocab_heldout), round(len(names) * vocab_heldout)
     held_units = eligible[:nu]
-    return Split(tuple(f for f in FORMS if f not in held), tuple(f for f in FORMS if f in held),
+    train = [f for f in FORMS if f not in held] + (EXTRA_FORMS if extra_train else [])
+    return Split(tuple(train), tuple(f for f in FORMS if f in held),
                  tuple(u for u in UNITS if u not in held_units), tuple(held_units), tuple(names[nn:]),
                  tuple(names[:nn]))
 

@@ -16,7 +16,7 @@ import re
 import string
 
 from toolformer.tools.calls import get_style
-from toolformer.world.arithmetic import FORMS, OPS, UNITS, Item, Split, written
+from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, OPS, UNITS, Item, Split, written
 from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, NonceFacts
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
@@ -181,7 +181,8 @@ class CopyingDocs:
 @functools.cache
 def _form_words() -> frozenset[str]:
     """Every word of the world's templates (arithmetic and question forms, held out or not, and object words)."""
-    texts = [f"{f.story} {f.body} {f.question}" for f in FORMS] + [q for qs in QUESTION_FORMS.values() for q in qs]
+    texts = [f"{f.story} {f.body} {f.question}" for f in (*FORMS, *EXTRA_FORMS)]
+    texts += [q for qs in QUESTION_FORMS.values() for q in qs]
     return frozenset(w.lower() for w in _WORDS.findall(" ".join(texts))) | {w for pair in UNITS for w in pair}
 
 

@@ -51,8 +51,8 @@ WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose 
 # World fields added after base models were shipped, with the value that writes the corpus they were trained on:
 # at that value a field is left out of the key, so the shipped model stays valid.
 WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False, "rewrite_share": 0.0,
-                     "rewrite_math_share": 0.0}
-PRETRAIN_FIELDS_ADDED = {"digits_apart": False}  # the same for the pretrain section
+                     "rewrite_math_share": 0.0, "extra_train_forms": False}
+PRETRAIN_FIELDS_ADDED = {"digits_apart": False, "init_from": ""}  # the same for the pretrain section
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
@@ -157,10 +157,17 @@ def pretrain_key(cfg: PipelineConfig) -> str:
     """What the base model depends on: the world (but the fields of
     ``WORLD_FIELDS_NOT_IN_PRETRAINING``, which shape only text after or
     apart from what pre-training, the tokenizer and the probes read), the
-    pre-training settings, the seed."""
+    pre-training settings, the seed. A model to start from
+    (``pretrain.init_from``) counts by the sha256 of its weights, not by
+    its path."""
     pc = without_added({k: v for k, v in vars(cfg.pretrain).items()
                         if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped")},
                        PRETRAIN_FIELDS_ADDED)
+    if pc.get("init_from"):
+        weights = Path(pc["init_from"]) / "model.safetensors"
+        if not weights.exists():
+            raise FileNotFoundError(f"pretrain.init_from: {weights} does not exist; give the folder of a base model")
+        pc["init_from"] = "sha256:" + sha256_file(weights)
     world = without_added({k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING},
                           WORLD_FIELDS_ADDED)
     return config_hash({"world": world | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
@@ -235,15 +242,29 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     paths = world_paths(cfg)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
-    tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size,
-                                digits_apart=pc.digits_apart)
+    if pc.init_from:
+        start = Path(pc.init_from)
+        if not (start / "config.json").exists() or not (start / "tokenizer.json").exists():
+            raise FileNotFoundError(f"pretrain.init_from: {start} holds no model and tokenizer (config.json, "
+                                    "tokenizer.json); give the folder of a base model")
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(start)
+    else:
+        tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size,
+                                    digits_apart=pc.digits_apart)
     check_tokenizer(tokenizer, pc.digits_apart)
 
     docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
     n_dev = min(pc.dev_docs, len(docs) // 10)
     train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
     dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None
-    model = build_model(tokenizer, pc)
+    model = AutoModelForCausalLM.from_pretrained(start) if pc.init_from else build_model(tokenizer, pc)
+    shape = {"layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size}
+    for name, value in shape.items():
+        if value != getattr(pc, name):
+            raise ValueError(f"pretrain.{name}: {getattr(pc, name)}, but the model of pretrain.init_from "
+                             f"({pc.init_from}) has {value}")
     params = sum(p.numel() for p in model.parameters())
     padding = float((train_rows == IGNORE_INDEX).float().mean())
     print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {len(train_rows):,} rows of {pc.seq_len} "
@@ -273,6 +294,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
               "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
               "vocab_size": len(tokenizer), "steps": result["steps"], "seq_len": pc.seq_len,
               "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
+              "init_from": ({"path": pc.init_from, "model_sha256": sha256_file(start / "model.safetensors")}
+                            if pc.init_from else None),
               "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
               "versions": versions(),
               "command": "toolformer pretrain --config pipeline_config.yaml (this folder's)"}
