@@ -112,7 +112,7 @@ class CopyingDocs:
                 elif r < 0.7:
                     new = (rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)).lower()
                 else:  # letters at random: a word the tokenizer splits into rare pieces, as an unseen word
-                    new = random_letters(rng)
+                    new = random_letters(rng, EXTRA_FORMS[0] in self.split.train_forms)
                 words[i] = new + word[len(core):]
         return " ".join(words)
 
@@ -179,18 +179,20 @@ class CopyingDocs:
 
 
 @functools.cache
-def _form_words() -> frozenset[str]:
-    """Every word of the world's templates (arithmetic and question forms, held out or not, and object words)."""
-    texts = [f"{f.story} {f.body} {f.question}" for f in (*FORMS, *EXTRA_FORMS)]
-    texts += [q for qs in QUESTION_FORMS.values() for q in qs]
+def _form_words(extra: bool = False) -> frozenset[str]:
+    """Every word of the world's templates (arithmetic and question forms, held out or not, with ``extra`` the
+    :data:`EXTRA_FORMS` too, and object words)."""
+    forms = (*FORMS, *EXTRA_FORMS) if extra else FORMS
+    texts = [f"{f.story} {f.body} {f.question}" for f in forms] + [q for qs in QUESTION_FORMS.values() for q in qs]
     return frozenset(w.lower() for w in _WORDS.findall(" ".join(texts))) | {w for pair in UNITS for w in pair}
 
 
-def random_letters(rng: random.Random) -> str:
-    """3-9 random lowercase letters that are no word of the world's templates (so no held-out word either)."""
+def random_letters(rng: random.Random, extra: bool = False) -> str:
+    """3-9 random lowercase letters that are no word of the world's templates (so no held-out word either; with
+    ``extra``, no word of the extra training forms either)."""
     while True:
         word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9)))
-        if word not in _form_words():
+        if word not in _form_words(extra):
             return word
 
 
