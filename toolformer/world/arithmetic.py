@@ -303,6 +303,11 @@ class Split:
     train_names: tuple[str, ...]
     heldout_names: tuple[str, ...]
 
+    @property
+    def extra(self) -> bool:
+        """Training uses :data:`EXTRA_FORMS` as well (``world.extra_train_forms``)."""
+        return len(self.train_forms) + len(self.heldout_forms) > len(FORMS)
+
     def forms(self, op: str, heldout: bool = False) -> list[Form]:
         return [f for f in (self.heldout_forms if heldout else self.train_forms) if f.op == op]
 

@@ -112,7 +112,7 @@ class CopyingDocs:
                 elif r < 0.7:
                     new = (rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)).lower()
                 else:  # letters at random: a word the tokenizer splits into rare pieces, as an unseen word
-                    new = random_letters(rng, EXTRA_FORMS[0] in self.split.train_forms)
+                    new = random_letters(rng, self.split.extra)
                 words[i] = new + word[len(core):]
         return " ".join(words)
 

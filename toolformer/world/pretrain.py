@@ -104,6 +104,23 @@ def build_model(tokenizer, pc):
     return GPT2LMHeadModel(config)
 
 
+def start_model(pc):
+    """The tokenizer and model of ``pc.init_from`` (the folder of a base model), checked against the config's
+    shape before any text is packed."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    start = Path(pc.init_from)
+    if not (start / "config.json").exists() or not (start / "tokenizer.json").exists():
+        raise FileNotFoundError(f"pretrain.init_from: {start} holds no model and tokenizer (config.json, "
+                                "tokenizer.json); give the folder of a base model")
+    model = AutoModelForCausalLM.from_pretrained(start)
+    for name, value in {"layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size}.items():
+        if value != getattr(pc, name):
+            raise ValueError(f"pretrain.{name}: {getattr(pc, name)}, but the model of pretrain.init_from "
+                             f"({pc.init_from}) has {value}")
+    return AutoTokenizer.from_pretrained(start), model
+
+
 def pack_with_bos(tokenizer, texts: list[str], seq_len: int, packing: str = "stream"):
     """Rows of ``seq_len`` tokens, each starting with BOS, every document
     preceded by BOS. ``stream``: the documents back to back, a row's first BOS
@@ -243,28 +260,18 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
     if pc.init_from:
-        start = Path(pc.init_from)
-        if not (start / "config.json").exists() or not (start / "tokenizer.json").exists():
-            raise FileNotFoundError(f"pretrain.init_from: {start} holds no model and tokenizer (config.json, "
-                                    "tokenizer.json); give the folder of a base model")
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        tokenizer = AutoTokenizer.from_pretrained(start)
+        tokenizer, model = start_model(pc)
     else:
         tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size,
                                     digits_apart=pc.digits_apart)
+        model = None
     check_tokenizer(tokenizer, pc.digits_apart)
 
     docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
     n_dev = min(pc.dev_docs, len(docs) // 10)
     train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
     dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None
-    model = AutoModelForCausalLM.from_pretrained(start) if pc.init_from else build_model(tokenizer, pc)
-    shape = {"layers": model.config.num_hidden_layers, "hidden": model.config.hidden_size}
-    for name, value in shape.items():
-        if value != getattr(pc, name):
-            raise ValueError(f"pretrain.{name}: {getattr(pc, name)}, but the model of pretrain.init_from "
-                             f"({pc.init_from}) has {value}")
+    model = model or build_model(tokenizer, pc)
     params = sum(p.numel() for p in model.parameters())
     padding = float((train_rows == IGNORE_INDEX).float().mean())
     print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {len(train_rows):,} rows of {pc.seq_len} "
@@ -294,7 +301,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
               "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
               "vocab_size": len(tokenizer), "steps": result["steps"], "seq_len": pc.seq_len,
               "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
-              "init_from": ({"path": pc.init_from, "model_sha256": sha256_file(start / "model.safetensors")}
+              "init_from": ({"path": pc.init_from,
+                             "model_sha256": sha256_file(Path(pc.init_from) / "model.safetensors")}
                             if pc.init_from else None),
               "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
               "versions": versions(),
