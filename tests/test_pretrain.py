@@ -45,9 +45,22 @@ def test_pretrain_writes_a_loadable_model_and_its_record(pretrained, capsys):
         assert r["items"] > 0, name
         assert math.isfinite(r["loss_right"]) and math.isfinite(r["loss_wrong"])
         assert 0.0 <= r["greedy_exact"] <= r["greedy_ok"] <= 1.0  # an exact argument is always usable
+        forms = r["by_form"].values()  # each math item counted under its form; QA items have none
+        assert sum(c["items"] for c in forms) == (r["items"] if name.startswith("math") else 0), name
+        assert sum(c["usable"] for c in forms) == (round(r["greedy_ok"] * r["items"]) if forms else 0), name
     # The same config again: nothing to do.
     assert pretrain_base_model(cfg) == out
     assert "already complete" in capsys.readouterr().out
+
+
+def test_weakest_forms_lists_the_forms_with_unusable_calls_lowest_share_first():
+    from toolformer.world.probe import weakest_forms
+
+    by_form = {"add-sum": {"items": 10, "usable": 10}, "mul-price": {"items": 14, "usable": 0},
+               "div-trips": {"items": 20, "usable": 15}, "sub-stock": {"items": 4, "usable": 1}}
+    assert weakest_forms(by_form) == "mul-price 0/14, sub-stock 1/4, div-trips 15/20"
+    assert weakest_forms(by_form, limit=1) == "mul-price 0/14"
+    assert weakest_forms({"add-sum": {"items": 3, "usable": 3}}) == ""
 
 
 def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
@@ -266,10 +279,18 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
         pretrain_base_model(wider)
 
 
+# The demo's base model comes in two phases: data/world-base-start from scratch on the corpus without the extra
+# forms, then data/world-base continued from it on the corpus with them (configs/demo.yaml, README "Base model").
+START_OVERRIDES = ["world.extra_train_forms=false", "pretrain.init_from=", "pretrain.max_steps=5000",
+                   "pretrain.learning_rate=3e-3"]
+
+
 @pytest.mark.slow
-def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
+@pytest.mark.parametrize("phase", ["start", "demo"])
+def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkeypatch):
     """data/world-base is what `toolformer pretrain --config configs/demo.yaml`
-    records for today's code and config: same key, steps and weights hash."""
+    records for today's code and config, and data/world-base-start what the
+    same command with START_OVERRIDES records: same key, steps and weights hash."""
     from pathlib import Path
 
     from toolformer.config.load import load_config
@@ -278,16 +299,19 @@ def test_shipped_demo_base_model_matches_the_demo_config(tmp_path):
     from toolformer.world.pretrain import pretrain_key, sha256_file
 
     root = Path(__file__).resolve().parent.parent
-    cfg = load_config(PipelineConfig, root / "configs" / "demo.yaml")
-    shipped = root / cfg.pretrain.shipped
+    monkeypatch.chdir(root)  # the config's folders are relative to the repository
+    cfg = load_config(PipelineConfig, root / "configs" / "demo.yaml", START_OVERRIDES if phase == "start" else [])
+    shipped = root / (cfg.pretrain.shipped + ("-start" if phase == "start" else ""))
     record = json.loads((shipped / "pretrain.json").read_text())
-    assert record["key"] == pretrain_key(cfg), "the demo config changed: retrain data/world-base (see README)"
+    assert record["key"] == pretrain_key(cfg), f"the demo config changed: retrain {shipped.name} (see README)"
     assert record["steps"] == cfg.pretrain.max_steps
     assert record["model_sha256"] == sha256_file(shipped / "model.safetensors")
+    if phase == "demo":
+        assert record["init_from"]["model_sha256"] == sha256_file(root / cfg.pretrain.init_from / "model.safetensors")
     cfg.run_dir, cfg.world.output_dir = str(tmp_path), ""
     generate_world(cfg)
     assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"]), \
-        "the world generator changed: retrain data/world-base (see README)"
+        f"the world generator changed: retrain {shipped.name} (see README)"
 
 
 def test_demo_config_has_the_shipped_base_models_key(repo_root):

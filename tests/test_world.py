@@ -410,13 +410,13 @@ def test_heldout_forms_and_words_appear_in_no_training_text(world):
 
 
 def test_extra_train_forms_keep_the_heldout_split_and_reach_training_text(world, tmp_path):
-    """world.extra_train_forms: the 32 forms that are never held out join the training forms; the held-out forms,
+    """world.extra_train_forms: the 48 forms that are never held out join the training forms; the held-out forms,
     objects and names stay those of the seed and are still in no training text, and the new forms are in the
     pre-training and annotation text."""
     from toolformer.world.arithmetic import EXTRA_FORMS
 
     extra = generate_world(small_cfg(tmp_path, extra_train_forms=True))
-    assert_heldout_unseen(extra, train_forms=64)
+    assert_heldout_unseen(extra, train_forms=80)
     forms, plain = (json.loads(w["forms"].read_text()) for w in (extra, world))
     for key in ("heldout_forms", "heldout_units", "heldout_names"):
         assert forms[key] == plain[key], key
@@ -426,7 +426,7 @@ def test_extra_train_forms_keep_the_heldout_split_and_reach_training_text(world,
         used = {f.key for f in EXTRA_FORMS if any(_form_pattern(f.story).search(t) or
                                                   _form_pattern(f"{f.body} {f.question}".strip()).search(t)
                                                   for t in texts)}
-        assert len(used) >= 24, (name, sorted({f.key for f in EXTRA_FORMS} - used))
+        assert len(used) >= 36, (name, sorted({f.key for f in EXTRA_FORMS} - used))
 
 
 def assert_heldout_unseen(world: dict[str, Path], train_forms: int) -> None:
@@ -478,6 +478,21 @@ def test_every_heldout_cue_is_trained():
             assert len(held) == 4 and len(train) == 8
             assert {c for f in held for c in f.cues} <= {c for f in train for c in f.cues}
             assert {f.reversed for f in train} == {True, False}
+
+
+def test_extra_forms_say_every_scene_word_with_two_operations():
+    """Without the extra forms most scene words come with one operation in training ("families" only with ÷ for
+    seed 0); with them each of SCENE_WORDS is said with two or more, for several seeds."""
+    from toolformer.world.arithmetic import SCENE_WORDS, split_forms
+
+    def ops_saying(word, forms):
+        return {f.op for f in forms if word in re.findall(r"[a-z]+", f"{f.story} {f.body} {f.question}".lower())}
+
+    single = [w for w in SCENE_WORDS if len(ops_saying(w, split_forms(0).train_forms)) < 2]
+    assert "families" in single and len(single) >= len(SCENE_WORDS) // 2
+    for seed in range(8):
+        forms = split_forms(seed, extra_train=True).train_forms
+        assert not [w for w in SCENE_WORDS if len(ops_saying(w, forms)) < 2], seed
 
 
 def _states(text: str, fact: dict) -> bool:

@@ -204,6 +204,10 @@ FORMS = [
 # :data:`FORMS` and the ``math_unseen`` forms stay those of the seed. More ways to say each operation in training
 # make the held-out forms a new composition of more known words: other verbs, a number in the question, two
 # sentences, the bare operation words (``plus``, ``multiplied by``), a comparison ("how many more ... need").
+# The last four of each operation say the scene words of other operations' forms (families, crowns paid, a
+# cart's trips, an orchard's trees, a hall's seats, teams, weeks): in :data:`FORMS` most scene words come with
+# one operation only, and a model then takes the operation from the scene ("families" → ÷) instead of from the
+# words that state it (SCENE_WORDS; ``tests/test_world.py`` checks that training says each with two or more).
 EXTRA_FORMS = [
     _f("+", "add-trips", "On the first trip the cart brought {a} {units} to {T} and on the second trip {b}, {c} "
        "{units} in total.", "On the first trip the cart brought {a} {units} to {T} and on the second trip {b} "
@@ -284,7 +288,53 @@ EXTRA_FORMS = [
     _f("/", "div-stalls", "Among {b} stalls at {T}, {a} {units} were shared out evenly, so each stall had {c}.",
        "Among {b} stalls at {T}, {a} {units} were shared out evenly.", "How many {units} did each stall have?",
        "shared evenly", reversed=True),
+    # -- scene words of one operation's forms said with another operation ---------------------------
+    _f("+", "add-families-towns", "{a} {units} went to the families of {T} and {b} to the families of {T2}, {c} "
+       "{units} in all.", "{a} {units} went to the families of {T} and {b} to the families of {T2}.",
+       "How many {units} went to the families of the two towns in all?", "in_all"),
+    _f("+", "add-paid-twice", "{P} paid {a} crowns in {T} and {b} crowns in {T2}, {c} crowns in total.",
+       "{P} paid {a} crowns in {T} and {b} crowns in {T2}.", "How many crowns did {P} pay in total?", "total"),
+    _f("+", "add-orchards", "The orchard at {T} has {a} trees and the orchard at {T2} has {b}, {c} trees together.",
+       "The orchard at {T} has {a} trees and the orchard at {T2} has {b} trees.",
+       "How many trees do the two orchards have together?", "together"),
+    _f("+", "add-weeks", "{P} earned {a} crowns in the first week and {b} in the second week, {c} crowns in all.",
+       "{P} earned {a} crowns in the first week and {b} in the second week.",
+       "How many crowns did {P} earn in the two weeks?", "in_all"),
+    _f("-", "sub-families-moved", "Of the {a} families in {T}, {b} moved to {T2}, which left {c} families.",
+       "Of the {a} families in {T}, {b} moved to {T2}.", "How many families were left in {T}?", "left"),
+    _f("-", "sub-paid-left", "{P} had {a} crowns and paid {b} of them for a cart, so {c} crowns were left.",
+       "{P} had {a} crowns and paid {b} of them for a cart.", "How many crowns were left?", "left"),
+    _f("-", "sub-seats-free", "A hall in {T} has {a} seats and {b} of them are taken, so {c} seats are still free.",
+       "A hall in {T} has {a} seats and {b} of them are taken.", "How many seats are still free?", "still"),
+    _f("-", "sub-trip-rest", "A cart had to move {a} {units} and moved {b} on its first trip, so {c} {units} were "
+       "still to move.", "A cart had to move {a} {units} and moved {b} {units} on its first trip.",
+       "How many {units} were still to move?", "still"),
+    _f("*", "mul-trips-each", "The cart made {a} trips with {b} {units} on each trip, {c} {units} in all.",
+       "The cart made {a} trips with {b} {units} on each trip.", "How many {units} did the cart move in all?",
+       "each in_all"),
+    _f("*", "mul-teams-of", "{a} teams of {b} workers came from {T}, {c} workers in all.",
+       "{a} teams of {b} workers came from {T}.", "How many workers came from {T}?", "teams in_all"),
+    _f("*", "mul-paid-weekly", "{P} paid {b} crowns a week for {a} weeks, {c} crowns in all.",
+       "{P} paid {b} crowns a week for {a} weeks.", "How many crowns did {P} pay in all?", "a_week in_all",
+       reversed=True),
+    _f("*", "mul-families-keep", "There are {a} families in {T} and each family keeps {b} {units}, {c} {units} "
+       "in all.", "There are {a} families in {T} and each family keeps {b} {units}.",
+       "How many {units} do the families keep?", "each families"),
+    _f("/", "div-orchard-rows", "The {a} trees of the orchard at {T} stand in {b} equal rows, {c} trees in each row.",
+       "The {a} trees of the orchard at {T} stand in {b} equal rows.", "How many trees are in each row?",
+       "equal rows"),
+    _f("/", "div-hall-rows", "A hall in {T} has {a} seats in {b} equal rows, {c} seats per row.",
+       "A hall in {T} has {a} seats in {b} equal rows.", "How many seats are in each row?", "equal rows per"),
+    _f("/", "div-weeks", "{P} earned {a} crowns in {b} weeks, the same each week, {c} crowns a week.",
+       "{P} earned {a} crowns in {b} weeks, the same each week.", "How many crowns did {P} earn each week?",
+       "same each"),
+    _f("/", "div-carts-loaded", "{a} {units} were loaded onto {b} carts, the same number on each cart, {c} per cart.",
+       "{a} {units} were loaded onto {b} carts, the same number on each cart.",
+       "How many {units} were on each cart?", "same each"),
 ]
+SCENE_WORDS = ("families", "crowns", "paid", "cart", "trip", "orchard", "trees", "hall", "seats", "rows", "teams",
+               "workers", "weeks", "earned")
+"""Words that set a scene and state no operation; with the extra forms training says each with two or more."""
 # No object word in them: held-out object words are drawn from those no form writes (split_forms).
 assert not {w for u in UNITS for w in u} & set(re.findall(r"[a-z]+", " ".join(
     f.story + f.body + f.question for f in EXTRA_FORMS).lower())), "an object word in EXTRA_FORMS"

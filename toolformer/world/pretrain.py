@@ -24,9 +24,10 @@ the sha256 of the weights. A rerun with the same config returns at once; ``force
 retrains; a changed ``max_steps`` continues from the last checkpoint.
 
 Pre-training takes longer than the rest of the demo, so the repository ships
-the base model ``configs/demo.yaml`` makes (``data/world-base``, 4.4 MB): when
-its record has this config's key and steps and the weights hash matches, it is
-copied instead of trained (``pretrain.shipped``; ``--force`` trains anyway).
+the base model ``configs/demo.yaml`` makes (``data/world-base``, 5.3 MB, and the
+first phase it continues, ``data/world-base-start``): when its record has this
+config's key and steps and the weights hash matches, it is copied instead of
+trained (``pretrain.shipped``; ``--force`` trains anyway).
 """
 
 from __future__ import annotations

@@ -193,7 +193,8 @@ def call_items(paths: dict, limit: int, seed: int = 0) -> dict[str, list[dict]]:
             if op in "-/":
                 wrong.append(f"{b} {op} {a}")
             items.append({"prompt": MATH_PROMPT.format(question=_problem(p)), "tool": "Calculator",
-                          "argument": f"{a} {op} {b}", "wrong": rng.choice(wrong), "answer": str(p["Answer"])})
+                          "argument": f"{a} {op} {b}", "wrong": rng.choice(wrong), "answer": str(p["Answer"]),
+                          "form": p.get("Form", "")})
         out[f"math_{name}"] = items
         qs = read_jsonl(paths[f"eval_qa_{name}"])
         by_kind: dict[str, list[str]] = {}
@@ -246,8 +247,15 @@ def call_probe(model, tokenizer, items: list[dict], max_new_tokens: int = 40) ->
         else:
             ok = operands = it["subject"] in arg
         rows.append((right, wrong, arg == it["argument"], ok, arg, operands))
+    by_form: dict[str, dict] = {}
+    for it, r in zip(items, rows):
+        if it.get("form"):
+            counts = by_form.setdefault(it["form"], {"items": 0, "usable": 0})
+            counts["items"] += 1
+            counts["usable"] += bool(r[3])
     n = len(rows)
-    return {"items": n, "loss_right": sum(r[0] for r in rows) / n, "loss_wrong": sum(r[1] for r in rows) / n,
+    return {"by_form": dict(sorted(by_form.items())),
+            "items": n, "loss_right": sum(r[0] for r in rows) / n, "loss_wrong": sum(r[1] for r in rows) / n,
             "prefers_right": sum(r[0] < r[1] for r in rows) / n, "greedy_exact": sum(r[2] for r in rows) / n,
             "greedy_ok": sum(r[3] for r in rows) / n, "greedy_operands": sum(r[5] for r in rows) / n,
             "examples": [{"prompt": p, "written": r[4], "argument": it["argument"]}
@@ -275,7 +283,15 @@ def run_call_probe(model, tokenizer, paths: dict, items: int, seed: int = 0, qui
                   f"(right preferred in {100 * r['prefers_right']:.1f} %); greedy call exact "
                   f"{100 * r['greedy_exact']:.1f} %, usable {100 * r['greedy_ok']:.1f} % of {r['items']} (the "
                   f"operands or the subject right: {100 * r['greedy_operands']:.1f} %)")
+            if worst := weakest_forms(r["by_form"]):
+                print(f"call probe {name}, usable calls of the weakest forms: {worst}")
     return report
+
+
+def weakest_forms(by_form: dict[str, dict], limit: int = 6) -> str:
+    """``form usable/items`` for the forms with unusable calls, the lowest share first."""
+    weak = sorted((c["usable"] / c["items"], form, c) for form, c in by_form.items() if c["usable"] < c["items"])
+    return ", ".join(f"{form} {c['usable']}/{c['items']}" for _, form, c in weak[:limit])
 
 
 def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", seed: int = 0,
