@@ -51,12 +51,18 @@ def test_every_stage_produced_its_outputs(demo_run):
     assert spec["tools"]["data"]["knowledge"]["source"] == str((run_dir / "world" / "knowledge.jsonl").resolve())
     assert (run_dir / "model" / "tools" / "knowledge.jsonl").read_bytes() == \
         (run_dir / "world" / "knowledge.jsonl").read_bytes()
+    # demo.yaml: finetune.merge 0.5 for the tuned model and the control, the weights as trained beside them.
+    for folder in ("model", "control/model"):
+        record = json.loads((run_dir / folder / "merge.json").read_text())
+        assert record["alpha"] == 0.5 and record["base"] == str(run_dir / "base-model")
+        assert (run_dir / folder / "tuned" / "model.safetensors").exists()
 
 
 def test_results_json_has_the_rows_and_fields(demo_run):
     run_dir, returned = demo_run
     results = json.loads((run_dir / "results.json").read_text())
     assert results == json.loads(json.dumps(returned))
+    assert results["merge"] == 0.5
     assert set(results["rows"]) == {"base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls",
                                     "toolformer_round2", "toolformer_round2_judged_by_round1"}
     assert tuple(results["rows"]) == demo_rows(load_config(PipelineConfig, ROOT / "configs" / "demo.yaml",

@@ -170,7 +170,7 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
     return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "filter_gold": gold_summary(cfg.run_dir),
             "candidate_gold": candidate_gold(cfg.run_dir), "chain_rounds": chain["counts"]["rounds"],
             "chained": chained_documents(cfg.run_dir), "round2": round2, "seed": cfg.seed,
-            "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
+            "merge": cfg.finetune.merge, "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
 
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
@@ -290,6 +290,9 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
     atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
     print("\n" + table(results))
     print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
+    if results["merge"] != 1.0:
+        print(f"tuned models (toolformer and control) saved as base + {results['merge']:g} × (tuned − base) "
+              f"(finetune.merge; the weights as trained in MODEL/tuned)")
     for r, c in results["chain_rounds"].items():
         print(f"kept in chain round {r} ({c['documents']:,} documents with calls inline): "
               + ", ".join(f"{t} {v['kept']:,} of {v['candidates']:,}" for t, v in c["per_tool"].items()))

@@ -260,6 +260,10 @@ class FinetuneConfig:
     save_dtype: str = "auto"
     """Dtype of the saved tuned model: auto (the training dtype: bfloat16 weights after bf16 training, else
     float32), float32, bfloat16 or float16."""
+    merge: float = 1.0
+    """Weight of the tuned weights in the saved model: base + merge × (tuned − base), a weight-space ensemble with
+    model.path (WiSE-FT); 1 = the tuned weights as trained (the paper). The trained weights stay in OUTPUT_DIR/tuned
+    and OUTPUT_DIR/merge.json records the merge; changing it needs no training (toolformer/lm/merge.py)."""
     tool_data_max_mb: float = 50.0
     """The model folder's toolformer.json records the tools; the data of each (a collection or knowledge file with
     its BM25 index, a translation model) up to this many MB (10^6 bytes) is copied into the folder, larger data is
@@ -271,6 +275,9 @@ class FinetuneConfig:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
         if self.tool_data_max_mb < 0:
             raise ValueError(f"tool_data_max_mb: {self.tool_data_max_mb} is negative")
+        if not 0.0 <= self.merge <= 1.0:
+            raise ValueError(f"merge: {self.merge} is not in [0, 1] (1 = the tuned weights as trained, 0 = the base "
+                             f"model)")
 
 
 EVAL_ROWS = ("base", "toolformer_disabled", "toolformer")

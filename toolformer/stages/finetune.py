@@ -7,6 +7,9 @@ perplexity, packs the rest into rows of ``finetune.max_length`` tokens and
 trains with :func:`toolformer.lm.training.train_causal_lm` (the paper: batch 128,
 lr 1e-5, 10 % linear warm-up, at most 2k steps, best model by dev perplexity).
 
+With ``finetune.merge`` below 1 the saved weights are ``base + merge * (tuned
+- base)`` (:mod:`toolformer.lm.merge`), the trained ones kept in ``tuned/``.
+
 Writes the model with ``save_pretrained`` (model and tokenizer, call tokens
 included for the special-token style) into ``finetune.output_dir`` or
 ``RUN_DIR/model``, with ``toolformer.json`` (the call style, the tools with
@@ -32,9 +35,10 @@ import torch
 
 from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
+from toolformer.lm.merge import MERGE_FILE, TUNED_DIR, merge_folder
 from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
 from toolformer.lm.rows import pack_sequences
-from toolformer.lm.training import TrainArgs, train_causal_lm
+from toolformer.lm.training import TrainArgs, save_dtype, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
 from toolformer.run.parallel import use_cpu
@@ -43,7 +47,7 @@ from toolformer.stages import StageResult, seed_everything, stage_hash, start
 # Fields that may change between runs without invalidating the checkpoints:
 # raising max_steps continues training, the others only change bookkeeping.
 RESUMABLE_CHANGES = ("max_steps", "eval_every", "save_every", "keep_checkpoints", "log_every", "output_dir",
-                     "tool_data_max_mb")
+                     "tool_data_max_mb", "merge")
 
 
 def dataset_dir(cfg: PipelineConfig) -> Path:
@@ -99,6 +103,15 @@ def run_key(cfg: PipelineConfig, data_hash: str) -> str:
                         "seed": cfg.seed, "data": data_hash})
 
 
+def merge_note(cfg: PipelineConfig, metrics: dict) -> str:
+    alpha = metrics.get("merge", 1.0)
+    if alpha == 1.0:
+        return ""
+    return (f"\n\nThe weights are a weight-space ensemble with the base model (`finetune.merge`): base + {alpha:g} × "
+            f"(tuned − base), the base `{cfg.model.path}`; the weights as trained are in `{TUNED_DIR}/`, the record in "
+            f"`{MERGE_FILE}`.")
+
+
 def model_card(cfg: PipelineConfig, data: dict, metrics: dict, spec: dict) -> str:
     best = metrics["best_dev_perplexity"]
     result = (f"dev perplexity {best:.3f} (best at step {metrics['best_step']})" if best is not None
@@ -122,7 +135,7 @@ tool runs and its result is inserted (`toolformer generate --model {model_dir(cf
 
 {metrics['steps']} steps of {metrics['effective_batch_size']} sequences; {result};
 final training loss {metrics['train_loss']:.4f}; {speed}
-on {metrics['processes']} process(es).
+on {metrics['processes']} process(es).{merge_note(cfg, metrics)}
 
 ## Config (`finetune` section)
 
@@ -193,6 +206,13 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
 
     if not state.is_main_process:
         return StageResult("finetune", False, None)
+    merge = None
+    if cfg.finetune.merge != 1.0 or (out / MERGE_FILE).exists():
+        merge = merge_folder(out, cfg.model.path, cfg.finetune.merge, tokenizer, save_dtype(args))
+        if merge is not None:
+            print(f"finetune: saved base + {merge['alpha']:g} × (tuned − base) with {cfg.model.path} "
+                  f"(the trained weights in {out / TUNED_DIR})")
+    metrics["merge"] = merge["alpha"] if merge is not None else 1.0
     data = {
         "dataset": str(data_path), "documents": len(texts), "augmented": sum(map(bool, augmented)),
         "dev_documents": len(dev_idx), "seq_len": seq_len, "train_rows": len(train_rows),
