@@ -275,9 +275,13 @@ class FinetuneConfig:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
         if self.tool_data_max_mb < 0:
             raise ValueError(f"tool_data_max_mb: {self.tool_data_max_mb} is negative")
-        if not 0.0 <= self.merge <= 1.0:
-            raise ValueError(f"merge: {self.merge} is not in [0, 1] (1 = the tuned weights as trained, 0 = the base "
-                             f"model)")
+        check_merge(self.merge, "merge")
+
+
+def check_merge(alpha: float, key: str) -> None:
+    """``finetune.merge`` is a weight in [0, 1]."""
+    if not 0.0 <= alpha <= 1.0:
+        raise ValueError(f"{key}: {alpha} is not in [0, 1] (1 = the tuned weights as trained, 0 = the base model)")
 
 
 EVAL_ROWS = ("base", "toolformer_disabled", "toolformer")

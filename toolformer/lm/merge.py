@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from toolformer.config.schema import check_merge
 from toolformer.run import stops
 from toolformer.run.folder import atomic_write_text
 
@@ -56,11 +57,6 @@ def weights_digest(folder: Path) -> str:
             for block in iter(lambda: fh.read(1 << 24), b""):
                 h.update(block)
     return h.hexdigest()
-
-
-def check_alpha(alpha: float, key: str = "finetune.merge") -> None:
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"{key}: {alpha} is not in [0, 1] (1 = the tuned weights as trained, 0 = the base model)")
 
 
 @torch.no_grad()
@@ -108,6 +104,17 @@ def _copy_tuned(folder: Path) -> None:
         os.replace(tmp, folder / TUNED_DIR)
 
 
+def _restore_tuned(folder: Path) -> None:
+    """The folder's weight files become those of ``folder/tuned`` again."""
+    tmp = folder / MERGE_TMP
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    for f in weight_files(folder / TUNED_DIR):
+        shutil.copy2(f, tmp / f.name)
+    _replace_weights(tmp, folder)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
 def read_record(folder: Path) -> dict | None:
     path = folder / MERGE_FILE
     if not path.exists():
@@ -132,7 +139,7 @@ def merge_folder(folder: str | Path, base_path: str, alpha: float, tokenizer=Non
     ``dtype`` the dtype the merged weights are saved in."""
     from toolformer.lm.modeling import load_model
 
-    check_alpha(alpha)
+    check_merge(alpha, "finetune.merge")
     folder = Path(folder)
     record = read_record(folder)
     current = weights_digest(folder)
@@ -140,19 +147,15 @@ def merge_folder(folder: str | Path, base_path: str, alpha: float, tokenizer=Non
     if merged_before and not (folder / TUNED_DIR / "config.json").exists():
         raise FileNotFoundError(f"{folder / TUNED_DIR}: missing, but {folder / MERGE_FILE} says the folder's weights "
                                 f"are a merge: the trained weights are lost; fine-tune again")
-    if not merged_before:
-        _copy_tuned(folder)  # freshly trained weights: they are the tuned model from now on
-    tuned_digest = weights_digest(folder / TUNED_DIR)
     if alpha == 1.0:
         if merged_before:
-            tmp = folder / MERGE_TMP
-            shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(folder / TUNED_DIR, tmp)
-            _replace_weights(tmp, folder)
-            shutil.rmtree(tmp, ignore_errors=True)
+            _restore_tuned(folder)
         (folder / MERGE_FILE).unlink(missing_ok=True)
         shutil.rmtree(folder / TUNED_DIR, ignore_errors=True)
         return None
+    if not merged_before:
+        _copy_tuned(folder)  # freshly trained weights: they are the tuned model from now on
+    tuned_digest = record["tuned_sha256"] if merged_before else current
     if (merged_before and current == record.get("merged_sha256") and record.get("alpha") == alpha
             and record.get("base") == base_path):
         return record  # this merge is what the folder holds
@@ -166,7 +169,7 @@ def merge_folder(folder: str | Path, base_path: str, alpha: float, tokenizer=Non
     tuned.save_pretrained(tmp, state_dict=state)
     merged = weights_digest(tmp)
     earlier = sorted(_merge_digests(record) - {merged}) if record and record.get("tuned_sha256") == tuned_digest else []
-    record = {"alpha": alpha, "base": base_path, "tensors": n, "tuned": TUNED_DIR, "tuned_sha256": tuned_digest,
+    record = {"alpha": alpha, "base": base_path, "tensors": n, "tuned_sha256": tuned_digest,
               "merged_sha256": merged, "earlier_merges_sha256": earlier}
     # The record first, with the earlier merges of the same tuned weights: weights in the folder that match no
     # digest of it are taken for freshly trained ones, so a stop between the two writes loses nothing.
