@@ -1,6 +1,10 @@
 """How a base model's greedy calculator calls on the call probe's prompts are wrong, operand by operand:
 
     python scripts/call_errors.py data/world-base --config configs/demo.yaml --set math_unseen --items 300
+    python scripts/call_errors.py data/world-base --svamp runs/novel.json --by-form
+
+``--svamp PATH`` probes the problems of any SVAMP-format file instead of the world's set (for example the
+phrasings of ``scripts/novel_phrasings.py``), with the same prompt; ``--by-form`` adds a line per ``Form``.
 
 The prompts are the call probe's (``toolformer.world.probe.call_items``: an evaluation problem, the demo's
 prompt and `` [Calculator(``). Each item counts once: exact; both operands right but the operation or order
@@ -52,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--items", type=int, default=300)
     parser.add_argument("--run-dir", default="runs/call-errors", help="where the world is generated")
     parser.add_argument("--examples", type=int, default=3, help="examples printed per category")
+    parser.add_argument("--svamp", default="", help="an SVAMP-format JSON file to probe instead of --set")
+    parser.add_argument("--by-form", action="store_true", help="exact calls per Form of the problems")
     args = parser.parse_args(argv)
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -64,24 +70,54 @@ def main(argv: list[str] | None = None) -> int:
 
     cfg = load_config(PipelineConfig, args.config, [f"run_dir={args.run_dir}"])
     set_threads(cfg.model.threads)
-    ensure_world(cfg)
-    items = call_items(world_paths(cfg), args.items, cfg.seed)[args.set]
+    if args.svamp:
+        items = svamp_items(args.svamp, args.items)
+    else:
+        ensure_world(cfg)
+        items = call_items(world_paths(cfg), args.items, cfg.seed)[args.set]
     model = AutoModelForCausalLM.from_pretrained(args.model).eval()
     tok = AutoTokenizer.from_pretrained(args.model)
     prompts = [f"{it['prompt']} [Calculator(" for it in items]
     written = [w.split(")")[0] for w in greedy_numbers(model, tok, prompts, max_new_tokens=30)]
     counts: Counter = Counter()
     examples = defaultdict(list)
+    forms: dict[str, Counter] = defaultdict(Counter)
     for it, w in zip(items, written):
         k = classify(w, it["argument"], it["prompt"])
         counts[k] += 1
+        forms[it.get("form", "")][k == "exact"] += 1
         examples[k].append(f"{it['prompt'][-90:]} -> {w.strip()} (right: {it['argument']})")
-    print(f"{args.model}, {args.set}: {len(items)} greedy calls")
+    print(f"{args.model}, {args.svamp or args.set}: {len(items)} greedy calls")
     for k, n in counts.most_common():
         print(f"{n:5d}  {k}")
         for e in examples[k][: args.examples]:
             print(f"         {e}")
+    if args.by_form:
+        for form, c in sorted(forms.items(), key=lambda kv: (kv[1][True] / sum(kv[1].values()), kv[0])):
+            print(f"  {form or '(no form)'}: {c[True]}/{sum(c.values())} exact")
     return 0
+
+
+def svamp_items(path: str, limit: int) -> list[dict]:
+    """Call-probe items of an SVAMP-format file: the demo's prompt and the argument of ``Equation``."""
+    import json
+    from pathlib import Path
+
+    from toolformer.world.probe import MATH_PROMPT
+
+    try:
+        problems = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SystemExit(f"{path}: cannot read an SVAMP JSON list: {exc}") from exc
+    items = []
+    for n, p in enumerate(problems[:limit]):
+        try:
+            a, op, b = str(p["Equation"]).strip("( )").split()
+            prompt = MATH_PROMPT.format(question=f"{p['Body']} {p['Question']}".strip())
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SystemExit(f"{path}: item {n}: needs Body, Question and a one-step Equation ({exc!r})") from exc
+        items.append({"prompt": prompt, "argument": f"{a} {op} {b}", "form": p.get("Form", "")})
+    return items
 
 
 if __name__ == "__main__":

@@ -32,3 +32,15 @@ def call_errors():
 ])
 def test_classify(call_errors, written, kind):
     assert call_errors.classify(written, "4723 + 8738", PROMPT) == kind
+
+
+def test_svamp_items(call_errors, tmp_path):
+    path = tmp_path / "set.json"
+    path.write_text('[{"Body": "Tom had 6305 stamps.", "Question": "How many now?", "Equation": "( 6305 + 3471 )",'
+                    ' "Answer": 9776, "Form": "f1"}]', encoding="utf-8")
+    (item,) = call_errors.svamp_items(str(path), 10)
+    assert item == {"prompt": "Tom had 6305 stamps. How many now? The answer is", "argument": "6305 + 3471",
+                    "form": "f1"}
+    path.write_text('[{"Body": "x", "Question": "y", "Equation": "( ( 1 + 2 ) * 3 )"}]', encoding="utf-8")
+    with pytest.raises(SystemExit, match="item 0: needs Body, Question and a one-step Equation"):
+        call_errors.svamp_items(str(path), 10)
