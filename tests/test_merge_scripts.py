@@ -35,12 +35,24 @@ def test_novel_problems_are_right_and_in_phrasings_the_world_never_writes(tmp_pa
     # No phrasing shares four words in a row (placeholders aside) with a story, body or question of the world's
     # arithmetic forms, held out or not.
     world = " | ".join(" ".join((f.story, f.body, f.question)) for f in (*FORMS, *EXTRA_FORMS))
-    for phrasings in novel_phrasings.PHRASINGS.values():
+    for phrasings in (*novel_phrasings.PHRASINGS.values(), *novel_phrasings.PHRASINGS_B.values()):
         for p in phrasings:
             words = p.split()
             for k in range(len(words) - 3):
                 window = words[k:k + 4]
                 assert any("{" in w for w in window) or " ".join(window) not in world, (window, p)
+
+
+def test_novel_set_b_is_other_phrasings_with_right_answers():
+    b = novel_phrasings.items(2, 11, "b")
+    assert len(b) == 48 and len({i["Form"] for i in b}) == 24 and all(i["Form"].startswith("novelb-") for i in b)
+    for i in b:
+        a, op, n = i["Equation"].strip("( )").split()
+        assert i["Answer"] == {"+": int(a) + int(n), "-": int(a) - int(n), "*": int(a) * int(n),
+                               "/": int(a) // int(n)}[op]
+        assert a in f"{i['Body']} {i['Question']}" and n in f"{i['Body']} {i['Question']}"
+    assert not {p for ps in novel_phrasings.PHRASINGS.values() for p in ps} & {
+        p for ps in novel_phrasings.PHRASINGS_B.values() for p in ps}
 
 
 def test_novel_phrasings_rejects_a_bad_count(tmp_path):
