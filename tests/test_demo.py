@@ -21,7 +21,7 @@ REDUCED = [
     "pretrain.dev_docs=20", "pretrain.probe_items=4", "filter.tau_filter=-100", "filter.per_tool_tau={}",
     "finetune.max_steps=4", "finetune.eval_every=2", "finetune.save_every=2", "finetune.batch_size=8",
     "finetune.micro_batch_size=8", "evaluate.max_new_tokens=6", "world.twostep_docs=10", "world.eval_twostep=8",
-    "demo.twostep_max_new_tokens=12", "demo.rounds=2",
+    "demo.twostep_max_new_tokens=12", "demo.rounds=2", "finetune.merge=0.5",
 ]
 
 
@@ -51,7 +51,7 @@ def test_every_stage_produced_its_outputs(demo_run):
     assert spec["tools"]["data"]["knowledge"]["source"] == str((run_dir / "world" / "knowledge.jsonl").resolve())
     assert (run_dir / "model" / "tools" / "knowledge.jsonl").read_bytes() == \
         (run_dir / "world" / "knowledge.jsonl").read_bytes()
-    # demo.yaml: finetune.merge 0.5 for the tuned model and the control, the weights as trained beside them.
+    # finetune.merge 0.5 (REDUCED) merges the tuned model and the control, the weights as trained beside them.
     for folder in ("model", "control/model"):
         record = json.loads((run_dir / folder / "merge.json").read_text())
         assert record["alpha"] == 0.5 and record["base"] == str(run_dir / "base-model")
