@@ -103,7 +103,7 @@ def svamp_items(path: str, limit: int) -> list[dict]:
     import json
     from pathlib import Path
 
-    from toolformer.world.probe import MATH_PROMPT
+    from toolformer.world.probe import math_prompt
 
     try:
         problems = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -113,7 +113,7 @@ def svamp_items(path: str, limit: int) -> list[dict]:
     for n, p in enumerate(problems[:limit]):
         try:
             a, op, b = str(p["Equation"]).strip("( )").split()
-            prompt = MATH_PROMPT.format(question=f"{p['Body']} {p['Question']}".strip())
+            prompt = math_prompt(p)
         except (KeyError, TypeError, ValueError) as exc:
             raise SystemExit(f"{path}: item {n}: needs Body, Question and a one-step Equation ({exc!r})") from exc
         items.append({"prompt": prompt, "argument": f"{a} {op} {b}", "form": p.get("Form", "")})

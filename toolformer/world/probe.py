@@ -157,15 +157,16 @@ def first_number(text: str) -> float | None:
 def math_accuracy(model, tokenizer, eval_math_path: str | Path, limit: int) -> dict:
     """The base model's accuracy on a math evaluation set with :data:`MATH_PROMPT`."""
     problems = json.loads(Path(eval_math_path).read_text(encoding="utf-8"))[:limit]
-    prompts = [MATH_PROMPT.format(question=_problem(p)) for p in problems]
+    prompts = [math_prompt(p) for p in problems]
     outputs = greedy_numbers(model, tokenizer, prompts)
     correct = sum(first_number(o) == float(p["Answer"]) for o, p in zip(outputs, problems))
     return {"items": len(problems), "accuracy": correct / len(problems) if problems else 0.0,
             "examples": [{"prompt": p, "output": o} for p, o in list(zip(prompts, outputs))[:3]]}
 
 
-def _problem(p: dict) -> str:
-    return f"{p['Body']} {p['Question']}".strip()
+def math_prompt(p: dict) -> str:
+    """The evaluation prompt of an SVAMP-format problem (``Body`` + ``Question`` in :data:`MATH_PROMPT`)."""
+    return MATH_PROMPT.format(question=f"{p['Body']} {p['Question']}".strip())
 
 
 # -- copying into the call ----------------------------------------------------------
@@ -192,7 +193,7 @@ def call_items(paths: dict, limit: int, seed: int = 0) -> dict[str, list[dict]]:
             wrong = [f"{_altered(rng, a)} {op} {b}", f"{a} {op} {_altered(rng, b)}"]
             if op in "-/":
                 wrong.append(f"{b} {op} {a}")
-            items.append({"prompt": MATH_PROMPT.format(question=_problem(p)), "tool": "Calculator",
+            items.append({"prompt": math_prompt(p), "tool": "Calculator",
                           "argument": f"{a} {op} {b}", "wrong": rng.choice(wrong), "answer": str(p["Answer"]),
                           "form": p.get("Form", "")})
         out[f"math_{name}"] = items
