@@ -80,8 +80,8 @@ def test_shipped_configs_load_and_say_how_to_run(repo_root: Path):
 
 def test_fields_added_at_their_old_behaviour_leave_stage_hashes_alone():
     """A run made before the fields of stages.ADDED_FIELDS existed (sample.prompt, sample.model,
-    sample.word_starts, filter.model) stays fresh after an upgrade; setting one makes the stages that read it
-    stale."""
+    sample.word_starts, filter.model, finetune.freeze) stays fresh after an upgrade; setting one makes the
+    stages that read it stale."""
     from toolformer.config.load import config_hash, to_dict
     from toolformer.stages import ADDED_FIELDS, COMMON, stage_hash
 
@@ -97,6 +97,14 @@ def test_fields_added_at_their_old_behaviour_leave_stage_hashes_alone():
         assert stage_hash(cfg, stage) == config_hash(before), stage
     assert stage_hash(replace(cfg, sample=replace(cfg.sample, prompt="none")), "sample") != stage_hash(cfg, "sample")
     assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "filter") != stage_hash(cfg, "filter")
+    frozen = replace(cfg, finetune=replace(cfg.finetune, freeze=["self_attn"]))
+    assert stage_hash(frozen, "finetune") != stage_hash(cfg, "finetune")
     on = replace(cfg, sample=replace(cfg.sample, word_starts=True))
     assert stage_hash(on, "sample") != stage_hash(cfg, "sample")
     assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "sample") == stage_hash(cfg, "sample")
+
+
+def test_freeze_patterns_are_regular_expressions(tmp_path):
+    p = _write(tmp_path, "finetune:\n  freeze: [self_attn, layers.(0]\n")
+    with pytest.raises(ConfigError, match=r"c\.yaml: finetune: freeze\[1\]: 'layers\.\(0' is not a regular expression"):
+        load_config(PipelineConfig, p)

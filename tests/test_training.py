@@ -8,7 +8,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, pack_sequences
-from toolformer.lm.training import TrainArgs, checkpoint_dirs, lr_factor, train_causal_lm
+from toolformer.lm.training import TrainArgs, checkpoint_dirs, freeze, lr_factor, train_causal_lm
 
 TEXTS = [f"The town of Vell has {i} people and [Calculator({i} * 3) → {i * 3}] {i * 3} cows." for i in range(40)]
 
@@ -187,3 +187,24 @@ def test_row_nlls_takes_tokens_out_and_renormalises(tiny_model_dir, tok, rows):
                                            reduction="none").double().sum(1)
     assert torch.allclose(plain, ce, atol=1e-4)
     assert torch.equal(row_nlls(model, part, pad, "cpu", [])[1], plain)
+
+
+def test_frozen_parameters_keep_the_base_weights(tiny_model_dir, tok, rows, tmp_path):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    frozen, total = freeze(model, [r"\.attn\."])
+    assert 0 < frozen < total
+    train_causal_lm(model, rows[:-2], None, args(max_steps=3, save_every=0), tmp_path / "m", tokenizer=tok)
+    tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
+    for name, p in tuned.named_parameters():
+        same = torch.equal(p, before[name])
+        assert same == (".attn." in name), name
+
+
+def test_freeze_names_the_pattern_that_matches_nothing(tiny_model_dir):
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    with pytest.raises(ValueError, match=r"finetune.freeze\[1\]: 'attention_q' matches no parameter"):
+        freeze(model, ["mlp", "attention_q"])
+    with pytest.raises(ValueError, match="freezes every parameter"):
+        freeze(model, ["."])
+    assert all(p.requires_grad for p in model.parameters()), "a failed freeze leaves the model as it was"

@@ -8,6 +8,7 @@ for loading and validation.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 # The tools and the small world have modules of their own; their sections are imported here so that the
@@ -260,6 +261,10 @@ class FinetuneConfig:
     save_dtype: str = "auto"
     """Dtype of the saved tuned model: auto (the training dtype: bfloat16 weights after bf16 training, else
     float32), float32, bfloat16 or float16."""
+    freeze: list[str] = field(default_factory=list)
+    """Parameters left as the base model has them: regular expressions searched in the parameter names (e.g.
+    ``self_attn`` for every attention projection, ``embed_tokens|lm_head`` for the embeddings); empty = train all
+    (the paper). Each must match a parameter, and at least one parameter stays trainable."""
     merge: float = 1.0
     """Weight of the tuned weights in the saved model: base + merge × (tuned − base), a weight-space ensemble with
     model.path (WiSE-FT); 1 = the tuned weights as trained (the paper). The trained weights stay in OUTPUT_DIR/tuned
@@ -276,6 +281,11 @@ class FinetuneConfig:
         if self.tool_data_max_mb < 0:
             raise ValueError(f"tool_data_max_mb: {self.tool_data_max_mb} is negative")
         check_merge(self.merge, "merge")
+        for i, pattern in enumerate(self.freeze):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"freeze[{i}]: {pattern!r} is not a regular expression: {e}") from None
 
 
 def check_merge(alpha: float, key: str) -> None:
@@ -289,8 +299,6 @@ EVAL_ROWS = ("base", "toolformer_disabled", "toolformer")
 
 def _safe_name(name: str) -> bool:
     """Task and row names name files: letters, digits, `_`, `-`, `.`."""
-    import re
-
     return re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None
 
 

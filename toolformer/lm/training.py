@@ -124,6 +124,25 @@ def save_dtype(args: TrainArgs) -> torch.dtype:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(_mixed_precision(args.dtype), torch.float32)
 
 
+def freeze(model, patterns: list[str], key: str = "finetune.freeze") -> tuple[int, int]:
+    """Stop the gradient of every parameter whose name ``re.search``-matches one of ``patterns``; returns the
+    numbers of frozen and of all parameter values. A pattern that matches nothing, or freezing everything, is
+    an error naming ``key``."""
+    import re
+
+    named = list(model.named_parameters())
+    for i, pattern in enumerate(patterns):
+        if not any(re.search(pattern, name) for name, _ in named):
+            raise ValueError(f"{key}[{i}]: {pattern!r} matches no parameter (they are named like {named[0][0]!r})")
+    chosen = [p for name, p in named if any(re.search(pattern, name) for pattern in patterns)]
+    frozen, total = sum(p.numel() for p in chosen), sum(p.numel() for _, p in named)
+    if patterns and frozen == total:
+        raise ValueError(f"{key}: {patterns} freezes every parameter; nothing would be trained")
+    for p in chosen:
+        p.requires_grad_(False)
+    return frozen, total
+
+
 def _param_groups(model, weight_decay: float) -> list[dict]:
     decay = [p for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.ndim < 2]

@@ -33,16 +33,16 @@ from pathlib import Path
 
 import torch
 
-from toolformer.config.load import config_hash, dump_yaml
+from toolformer.config.load import config_hash, dump_yaml, without_added
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.merge import MERGE_FILE, TUNED_DIR, merge_folder
 from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
 from toolformer.lm.rows import pack_sequences
-from toolformer.lm.training import TrainArgs, save_dtype, train_causal_lm
+from toolformer.lm.training import TrainArgs, freeze, save_dtype, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
 from toolformer.run.parallel import use_cpu
-from toolformer.stages import StageResult, seed_everything, stage_hash, start
+from toolformer.stages import ADDED_FIELDS, StageResult, seed_everything, stage_hash, start
 
 # Fields that may change between runs without invalidating the checkpoints:
 # raising max_steps continues training, the others only change bookkeeping.
@@ -97,7 +97,8 @@ def split_dev(n: int, dev_ratio: float, seed: int) -> tuple[list[int], list[int]
 
 def run_key(cfg: PipelineConfig, data_hash: str) -> str:
     """What checkpoints depend on: model, call format, data and hyper-parameters."""
-    f = {k: v for k, v in asdict(cfg.finetune).items() if k not in RESUMABLE_CHANGES}
+    f = {k: v for k, v in without_added(asdict(cfg.finetune), ADDED_FIELDS["finetune"]).items()
+         if k not in RESUMABLE_CHANGES}
     model = {k: getattr(cfg.model, k) for k in ("path", "tokenizer", "max_length")}  # not threads or device
     return config_hash({"model": model, "calls": asdict(cfg.calls), "finetune": f,
                         "seed": cfg.seed, "data": data_hash})
@@ -193,6 +194,10 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     # Loaded in float32 on the CPU; the training loop moves it to this process's device.
     model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
     seq_len = min(cfg.finetune.max_length, model_window(model))
+    if cfg.finetune.freeze:
+        frozen, total = freeze(model, cfg.finetune.freeze)
+        if state.is_main_process:
+            print(f"finetune: {frozen:,} of {total:,} parameter values frozen ({', '.join(cfg.finetune.freeze)})")
 
     train_idx, dev_idx = split_dev(len(texts), cfg.finetune.dev_ratio, cfg.seed)
     whole = cfg.finetune.whole_documents
