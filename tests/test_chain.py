@@ -174,7 +174,11 @@ def test_chain_round_proposes_the_second_step_on_the_text_with_the_first_call(tm
     for d in docs:
         first, second = gold[d["id"]]
         assert kept(first_round, d["id"], first), d["id"]  # the base model copies a result after "The answer is"
-        if not kept(first_round, d["id"], second):
+        # Where round 1 kept any call at the second step's position (at tau_f 0.5 sometimes a wrong one, `384 + 3`
+        # for `384 / 3`), that position is taken; elsewhere round 2 proposes the second step there.
+        taken = any(r["doc_id"] == d["id"] and r["char_start"] == second["char_start"] and r["kept"]
+                    for r in first_round)
+        if not taken:
             assert any(r["doc_id"] == d["id"] and r["input"] == second["input"]
                        and r["char_start"] == second["char_start"] and r["loss_plus"] is not None
                        for r in round2), d["id"]
@@ -190,7 +194,8 @@ def test_chain_round_proposes_the_second_step_on_the_text_with_the_first_call(tm
         assert f"[Calculator({first['input']}) → {first['result']}] {first['result']} " in built[d["id"]]["text"]
         assert f"= [Calculator({second['input']}) → {second['result']}] {second['result']}." in built[d["id"]]["text"]
     summary = chained_documents(tmp_path / "run")
-    assert summary["gold_documents"] == 8 and summary["gold_documents_chained"] == len(both)
+    # A chain counts whether or not its calls are right (round 1 may keep `384 + 3` at the second step).
+    assert summary["gold_documents"] == 8 and summary["gold_documents_chained"] >= len(both)
     assert summary["calls_right"] >= 2 * len(both)
     manifest = json.loads((tmp_path / "run" / "build" / "manifest.json").read_text())
     assert manifest["counts"]["kept_in_later_rounds"] == sum(r["kept"] for r in round2)

@@ -280,9 +280,10 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
 
 
 # The demo's base model comes in two phases: data/world-base-start from scratch on the corpus without the extra
-# forms, then data/world-base continued from it on the corpus with them (configs/demo.yaml, README "Base model").
-START_OVERRIDES = ["world.extra_train_forms=false", "pretrain.init_from=", "pretrain.max_steps=5000",
-                   "pretrain.learning_rate=3e-3"]
+# forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
+# README "Base model").
+START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", "pretrain.init_from=",
+                   "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3"]
 
 
 @pytest.mark.slow
