@@ -232,7 +232,9 @@ def test_tokenizer_lacking_markers_is_refused():
 @pytest.fixture(scope="module")
 def reference_tuned(tiny_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ref-ft") / "run"
-    ov = _overrides(tiny_model_dir, run_dir)[:-1] + ["stages=[sample, execute, filter, build, finetune]"]
+    # One thread in both processes: the rerun's weights are compared bit for bit with these.
+    ov = _overrides(tiny_model_dir, run_dir)[:-1] + ["stages=[sample, execute, filter, build, finetune]",
+                                                     "model.threads=1"]
     cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", ov)
     run_pipeline(cfg)
     return run_dir, ov
