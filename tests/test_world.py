@@ -343,11 +343,14 @@ def test_cuecall_documents_take_the_operation_from_their_cue(world):
     wc = small_cfg(Path("unused")).world
     w = build_world(random.Random(0), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
     questions = {k: tr for k, (tr, _) in split_questions(0).items()}
-    writer = Writer(w, random.Random(1), [], split_forms(0), questions)
-    ops = set()
-    for _ in range(200):
-        for m in re.finditer(r"([^?.]*)\? The answer is \[Calculator\((\d+) (.) (\d+)\) → (\d+)\] \5\.",
-                             writer.cuecall_doc()):
+    # world.cue_number_first: at 1 every problem opens with its first number, at 0 none does.
+    writers = {share: Writer(w, random.Random(1), [], split_forms(0), questions, cue_number_first=share)
+               for share in (0.0, 1.0)}
+    docs = [(share, writer.cuecall_doc()) for share, writer in writers.items() for _ in range(200)]
+    ops, starts = set(), []
+    for share, doc in docs:
+        for m in re.finditer(r"([^?.]*)\? The answer is \[Calculator\((\d+) (.) (\d+)\) → (\d+)\] \5\.", doc):
+            starts.append((share, m.group(1).strip()[0].isdigit()))
             head, x, op, y = m.group(1).replace(",", ""), m.group(2), m.group(3), m.group(4)
             ops.add(op)
             said = re.findall(r"\d+", head)
@@ -355,6 +358,8 @@ def test_cuecall_documents_take_the_operation_from_their_cue(world):
             assert [x, y] == (said if op in "+*" else sorted(said, key=int, reverse=True)), m.group(0)
             assert [c for c in cues[op] if re.search(rf"\b{c}\b", head)], m.group(0)
     assert ops == set("+-*/")
+    assert all(digit for share, digit in starts if share == 1.0)
+    assert not any(digit for share, digit in starts if share == 0.0)
     assert sum("? The answer is [Calculator(" in d["text"] for d in jsonl(world["pretrain"])) > 20
 
 

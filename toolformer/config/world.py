@@ -56,6 +56,9 @@ class WorldConfig:
     """Pre-training: share of documents with word problems of loose words around two numbers and one cue of an
     operation (a phrase only that operation's training forms use), the call inline: + and * in the text's order,
     - and / the larger number first."""
+    cue_number_first: float = 0.0
+    """Pre-training: share of the cue-call problems that start with their first number (the others start with a
+    town or a person): a number right after the start of a text is copied into a call too."""
     rewrite_share: float = 0.0
     """Pre-training: share of the quiz questions of copycall documents with about half their small words replaced
     by random ones (the rest scrambled): a question no form writes, copied word for word into its call."""
@@ -114,8 +117,8 @@ class WorldConfig:
     def validate(self) -> None:
         for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
                      "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
-                     "induction_share", "copycall_share", "cuecall_share", "rewrite_share", "rewrite_math_share",
-                     "noise_share", "separator_share", "heldout_vocabulary"):
+                     "induction_share", "copycall_share", "cuecall_share", "cue_number_first", "rewrite_share",
+                     "rewrite_math_share", "noise_share", "separator_share", "heldout_vocabulary"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
         if not 1 <= self.heldout_forms_per_op <= 6:

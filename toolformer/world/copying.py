@@ -173,6 +173,10 @@ class CopyingDocs:
             a, b = written(first, item.separators), written(second, item.separators)
             words = [rng.choice([item.slots["T"], item.slots["P"]]), *loose(1, 2), *slots[0], a, units,
                      *loose(0, 3), *slots[1], b, units, *loose(0, 2), *slots[2]]
+            if self.cue_number_first and rng.random() < self.cue_number_first:
+                # The first number opens the problem; a cue that stood before it moves to the end.
+                cue = slots[0]
+                words = [*words[words.index(a):], *cue]
             call = f"{first} {op} {second}" if op in "+*" else item.call_input
             parts.append(f"{' '.join(words)}? The answer is {STYLE.render('Calculator', call, item.c)} {item.c}.")
         return " ".join(parts)

@@ -88,7 +88,7 @@ class Writer(CopyingDocs):
                  questions: dict[str, list[int]], note_share: float = 0.0, earlier_share: float = 0.0,
                  problem_share: float = 0.3, filler_share: float = 0.5, nonce_share: float = 0.0,
                  noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False, text_order: bool = False,
-                 rewrite_share: float = 0.0, rewrite_math_share: float = 0.0):
+                 rewrite_share: float = 0.0, rewrite_math_share: float = 0.0, cue_number_first: float = 0.0):
         """``split`` and ``questions`` (kind -> indices of the question forms
         to use) say which forms and words this corpus may use; ``heldout``
         picks the held-out forms and, for half the items, held-out words."""
@@ -105,7 +105,7 @@ class Writer(CopyingDocs):
         self.problem_share, self.filler_share = problem_share, filler_share
         self.noise_share, self.separators = noise_share, separators
         self.text_order, self.rewrite_share = text_order, rewrite_share
-        self.rewrite_math_share = rewrite_math_share
+        self.rewrite_math_share, self.cue_number_first = rewrite_math_share, cue_number_first
 
     def ask(self, fact: Fact) -> str:
         """One of the question forms this corpus may use for ``fact``."""

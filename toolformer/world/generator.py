@@ -199,7 +199,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, split, train_q, wc.note_share, wc.earlier_share,
                wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share,
                text_order=wc.text_order, rewrite_share=wc.rewrite_share,
-               rewrite_math_share=wc.rewrite_math_share)
+               rewrite_math_share=wc.rewrite_math_share, cue_number_first=wc.cue_number_first)
     guard = LeakGuard(cor + held)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
                                 wc.induction_share, wc.copycall_share, wc.cuecall_share)
