@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import time
@@ -128,8 +129,6 @@ def freeze(model, patterns: list[str], key: str = "finetune.freeze") -> tuple[in
     """Stop the gradient of every parameter whose name ``re.search``-matches one of ``patterns``; returns the
     numbers of frozen and of all parameter values. A pattern that matches nothing, or freezing everything, is
     an error naming ``key``."""
-    import re
-
     named = list(model.named_parameters())
     for i, pattern in enumerate(patterns):
         if not any(re.search(pattern, name) for name, _ in named):
