@@ -59,4 +59,6 @@ def follow(tokenizer, target: str, text: str):
     """The next token of ``target`` after ``text`` (EOS when done or off track)."""
     if not target.startswith(text) or target == text:
         return tokenizer.eos_token_id
-    return tokenizer.encode(target[len(text):], add_special_tokens=False)[0]
+    from toolformer.lm.tokenizer import encode_piece
+
+    return encode_piece(tokenizer, target[len(text):])[0]

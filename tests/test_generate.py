@@ -247,3 +247,30 @@ def test_a_space_alone_after_a_result_is_not_text(tok, sandbox):
     (g,) = run(tok, call_script(tok, outside), sandbox, max_calls=2)
     assert g.text.startswith(" [Calculator(2+3) → 5] 9 [Calculator(2+3) → 5]"), g.text
     assert len(g.calls) == 2
+
+
+def test_a_tokenizer_with_a_prefix_space_generates_the_same_calls(tiny_model_dir, sandbox, tmp_path):
+    """With pretrain.prefix_space's tokenizer (every text encoded as after a space) the prompt gets one added
+    space token and nothing else changes: the call runs, its result is inserted and the text has no extra space."""
+    from transformers import AutoTokenizer
+
+    from toolformer.lm.modeling import load_tokenizer
+    from toolformer.lm.tokenizer import set_prefix_space
+
+    spaced = AutoTokenizer.from_pretrained(tiny_model_dir)
+    set_prefix_space(spaced)
+    spaced.save_pretrained(tmp_path)
+    tok = load_tokenizer(str(tmp_path), STYLE)
+    prompt = "2 + 3 = ?"
+    plain = load_tokenizer(tiny_model_dir, STYLE)
+    assert tok(prompt, add_special_tokens=False)["input_ids"] == plain(" " + prompt, add_special_tokens=False)[
+        "input_ids"] != plain(prompt, add_special_tokens=False)["input_ids"]
+
+    def outside(text):
+        if text == "":
+            return ["["]
+        return [follow(tok, text[: text.index("]") + 1] + " done.", text)]
+
+    (g,) = run(tok, call_script(tok, outside), sandbox, prompts=(prompt,))
+    assert g.text == "[Calculator(2+3) → 5] done."
+    assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": "5", "error": None}]

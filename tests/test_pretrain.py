@@ -105,6 +105,43 @@ def test_digits_apart_gives_a_number_the_same_tokens_in_text_and_call():
     assert apart.decode(apart(text, add_special_tokens=False)["input_ids"]) == text
 
 
+def test_prefix_space_gives_a_prompts_first_number_the_tokens_it_has_after_a_space(tmp_path):
+    """With ``prefix_space`` a text that opens with a number (or a word) is encoded as the same number later in a
+    text: ``" "`` then its digits. The setting survives save and load, is applied once, keeps the required pieces
+    whole, and the character offsets still place a call before the first number."""
+    from transformers import AutoTokenizer
+
+    from toolformer.lm.textpos import tokenize_text
+    from toolformer.lm.tokenizer import has_prefix_space, set_prefix_space, train_tokenizer
+    from toolformer.tools.calls import insert_calls
+    from toolformer.world.pretrain import WORLD_TOOLS, check_tokenizer
+
+    texts = ["51 families had 4723 cups. [Calculator(4723 / 51) → 92.6] 93 cups each, Rosa said.",
+             *[f"[{name}(" for name in WORLD_TOOLS]] * 40
+    plain = train_tokenizer(texts, vocab_size=160, digits_apart=True)
+    spaced = train_tokenizer(texts, vocab_size=160, digits_apart=True, prefix_space=True)
+    assert plain.tokenize("51 families") == ["5", "1", " families"]
+    assert spaced.tokenize("51 families") == [" ", "5", "1", " families"] == plain.tokenize(" 51 families")
+    assert spaced.tokenize("Rosa said") == plain.tokenize(" Rosa said")
+    assert not has_prefix_space(plain) and has_prefix_space(spaced)
+    set_prefix_space(spaced)  # a second time changes nothing
+    assert spaced.tokenize("5") == [" ", "5"]
+    check_tokenizer(spaced, digits_apart=True)
+
+    spaced.save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert has_prefix_space(loaded) and loaded.tokenize("51 families") == [" ", "5", "1", " families"]
+
+    text = "51 families had 4723 cups."
+    tt = tokenize_text(loaded, text)
+    assert len(tt.ids) == len(loaded(text, add_special_tokens=False)["input_ids"])
+    four = tt.ids.index(loaded.convert_tokens_to_ids("4"))
+    assert text[tt.char_starts[four]:].startswith("4723")
+    assert insert_calls(text, [(tt.char_starts[four], "[Calculator(51 * 2) → 102]")]) == \
+        "51 families had [Calculator(51 * 2) → 102] 4723 cups."
+    assert tt.char_starts[0] == tt.char_starts[1] == 0  # the added space and the first digit both start the text
+
+
 @pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_build_model_shapes(pretrained, arch):
     from transformers import AutoTokenizer
@@ -269,6 +306,20 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
     assert pretrain_key(dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, init_from=str(done)))) \
         != record["key"]
 
+    # pretrain.prefix_space adds the prefix space to the start's tokenizer (same vocabulary) and counts in the key.
+    spaced = dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, prefix_space=True, max_steps=1,
+                                                                    output_dir=str(tmp_path / "spaced")))
+    from transformers import AutoTokenizer
+
+    from toolformer.lm.tokenizer import has_prefix_space
+
+    done_spaced = pretrain_base_model(spaced)
+    tok = AutoTokenizer.from_pretrained(done_spaced)
+    assert has_prefix_space(tok) and tok.get_vocab() == AutoTokenizer.from_pretrained(out).get_vocab()
+    unspaced = dataclasses.replace(spaced, pretrain=dataclasses.replace(spaced.pretrain, prefix_space=False))
+    assert pretrain_key(spaced) != pretrain_key(unspaced) == pretrain_key(dataclasses.replace(
+        unspaced, pretrain=dataclasses.replace(unspaced.pretrain, output_dir=more.pretrain.output_dir)))
+
     empty = dataclasses.replace(more, pretrain=dataclasses.replace(more.pretrain, init_from=str(tmp_path / "none"),
                                                                    output_dir=str(tmp_path / "x")))
     with pytest.raises(FileNotFoundError, match="pretrain.init_from"):
@@ -283,7 +334,7 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
 # forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
 # README "Base model").
 START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", "pretrain.init_from=",
-                   "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3"]
+                   "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3", "pretrain.prefix_space=false"]
 
 
 @pytest.mark.slow

@@ -159,6 +159,10 @@ class PretrainConfig:
     digits_apart: bool = False
     """The space before a digit is a token of its own, never part of the digit's: a number is the same tokens
     in the text and after ``(`` in a call (the first operand a model copies into a call)."""
+    prefix_space: bool = False
+    """The tokenizer encodes every text as if a space came before it: a prompt's first number or word has the
+    tokens it has anywhere else (without it, a number that opens a prompt was not copied into calls). Added to
+    a pretrain.init_from model's tokenizer too."""
     hidden: int = 128
     """Width of the model."""
     layers: int = 3

@@ -51,6 +51,7 @@ import torch
 from toolformer.lm.constrain import MAX_INPUT_CHARS, call_grammar
 from toolformer.lm.modeling import bos_ids, cache_kwarg, model_window, output_cache
 from toolformer.lm.textpos import marker_token_ids
+from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle, parse_calls, strip_calls
 
 # A prefix that can still become `Name(...`; anything else after `[` is text.
@@ -227,7 +228,7 @@ class _Decoder:
         before = self.tok.encode(context, add_special_tokens=False)
         after = self.tok.encode(context + text, add_special_tokens=False)
         same = after[: len(before)] == before and len(after) > len(before)
-        return after[len(before):] if same else self.tok.encode(text, add_special_tokens=False)
+        return after[len(before):] if same else encode_piece(self.tok, text)
 
 
 def _forward(model, ids, mask, positions, past, cache_arg: str):

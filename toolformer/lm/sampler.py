@@ -27,6 +27,7 @@ import torch
 
 from toolformer.lm.modeling import cache_kwarg, output_cache
 from toolformer.lm.textpos import TokenizedText, marker_token_ids
+from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle, parse_calls
 
 
@@ -128,7 +129,7 @@ class Sampler:
         rows = []
         for text, tt in docs:
             preamble = [] if self.prefix else self.parts.preamble_ids
-            copy_ids = [] if self.free else self.tok(text + self.parts.tail, add_special_tokens=False)["input_ids"]
+            copy_ids = [] if self.free else encode_piece(self.tok, text + self.parts.tail)  # after the preamble
             rows.append((preamble + copy_ids + tt.ids, len(preamble) + len(copy_ids)))
         return rows
 

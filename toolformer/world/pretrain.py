@@ -53,7 +53,8 @@ WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose 
 # at that value a field is left out of the key, so the shipped model stays valid.
 WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False, "rewrite_share": 0.0,
                      "rewrite_math_share": 0.0, "extra_train_forms": False, "cue_number_first": 0.0}
-PRETRAIN_FIELDS_ADDED = {"digits_apart": False, "init_from": ""}  # the same for the pretrain section
+# The same for the pretrain section.
+PRETRAIN_FIELDS_ADDED = {"digits_apart": False, "init_from": "", "prefix_space": False}
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
@@ -75,9 +76,11 @@ def tokenizer_texts(paths: dict[str, Path], corpus_docs: int = 0) -> list[str]:
 def check_tokenizer(tokenizer, digits_apart: bool = False) -> None:
     """Every piece of :data:`REQUIRED_TOKENS` and every digit is one token, and a digit after a space is one
     more (``" "`` first with ``digits_apart``)."""
+    from toolformer.lm.tokenizer import encode_piece
+
     spaced = [" "] if digits_apart else [f" {d}" for d in "123456789"]
     for piece in (*REQUIRED_TOKENS, *"0123456789", *spaced):
-        ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+        ids = encode_piece(tokenizer, piece)  # as in a text, without a prefix space (pretrain.prefix_space)
         if len(ids) != 1:
             raise ValueError(f"tokenizer: {piece!r} is {len(ids)} tokens, not one; raise pretrain.vocab_size "
                              "or check that the world's texts contain it")
@@ -252,7 +255,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
     set_threads(pc.threads)
     from toolformer.lm.rows import IGNORE_INDEX
-    from toolformer.lm.tokenizer import train_tokenizer
+    from toolformer.lm.tokenizer import set_prefix_space, train_tokenizer
     from toolformer.lm.training import TrainArgs, train_causal_lm
     from toolformer.stages import seed_everything
 
@@ -267,6 +270,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
                                     digits_apart=pc.digits_apart)
         model = None
     check_tokenizer(tokenizer, pc.digits_apart)
+    if pc.prefix_space:
+        set_prefix_space(tokenizer)
 
     docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
     n_dev = min(pc.dev_docs, len(docs) // 10)
