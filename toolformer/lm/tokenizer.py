@@ -52,10 +52,13 @@ def encode_piece(tokenizer, text: str) -> list[int]:
     start (the same as ``tokenizer.encode`` for any other tokenizer)."""
     if not has_prefix_space(tokenizer):
         return tokenizer.encode(text, add_special_tokens=False)
-    from tokenizers import Tokenizer
+    backend = getattr(tokenizer, "_piece_backend", None)
+    if backend is None:  # a copy without the normalizer, made once per tokenizer
+        from tokenizers import Tokenizer
 
-    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-    backend.normalizer = None
+        backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        backend.normalizer = None
+        tokenizer._piece_backend = backend
     return backend.encode(text, add_special_tokens=False).ids
 
 
