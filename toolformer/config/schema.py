@@ -265,6 +265,10 @@ class FinetuneConfig:
     """Parameters left as the base model has them: regular expressions searched in the parameter names (e.g.
     ``self_attn`` for every attention projection, ``embed_tokens|lm_head`` for the embeddings); empty = train all
     (the paper). Each must match a parameter, and at least one parameter stays trainable."""
+    call_input_weight: float = 1.0
+    """Loss weight of the tokens of each call's input (between ``name(`` and ``)``) in the training texts; 1 =
+    every token alike (the paper). Below 1 fine-tuning teaches less of what to write into a call, so more of it
+    stays what the base model writes (0: only when to call and how to use the result are trained)."""
     merge: float = 1.0
     """Weight of the tuned weights in the saved model: base + merge × (tuned − base), a weight-space ensemble with
     model.path (WiSE-FT); 1 = the tuned weights as trained (the paper). The trained weights stay in OUTPUT_DIR/tuned
@@ -281,6 +285,8 @@ class FinetuneConfig:
         if self.tool_data_max_mb < 0:
             raise ValueError(f"tool_data_max_mb: {self.tool_data_max_mb} is negative")
         check_merge(self.merge, "merge")
+        if not 0.0 <= self.call_input_weight <= 1.0:
+            raise ValueError(f"call_input_weight: {self.call_input_weight} is not in [0, 1]")
         for i, pattern in enumerate(self.freeze):
             try:
                 re.compile(pattern)

@@ -73,7 +73,7 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = 
 ADDED_FIELDS: dict[str, dict[str, Any]] = {
     "sample": {"prompt": "few-shot", "model": "", "word_starts": False},
     "filter": {"model": "", "skip_blank": False},
-    "finetune": {"freeze": []},
+    "finetune": {"freeze": [], "call_input_weight": 1.0},
 }
 
 

@@ -37,7 +37,7 @@ from toolformer.config.load import config_hash, dump_yaml, without_added
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.merge import MERGE_FILE, TUNED_DIR, merge_folder
 from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
-from toolformer.lm.rows import pack_sequences
+from toolformer.lm.rows import pack_sequences, pack_weighted
 from toolformer.lm.training import TrainArgs, freeze, save_dtype, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
@@ -159,7 +159,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
         model_window,
         set_threads,
     )
-    from toolformer.tools.calls import get_style
+    from toolformer.tools.calls import call_input_spans, get_style
 
     check_finetune_output(cfg)  # never save over the model (or data) being read
     state = PartialState(cpu=use_cpu())
@@ -201,13 +201,24 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
 
     train_idx, dev_idx = split_dev(len(texts), cfg.finetune.dev_ratio, cfg.seed)
     whole = cfg.finetune.whole_documents
-    train_rows = pack_sequences(tokenizer, [texts[i] for i in train_idx], seq_len, whole_documents=whole)  # (N, T)
+    train_texts = [texts[i] for i in train_idx]
+    train_weights = None
+    if cfg.finetune.call_input_weight != 1.0:
+        style = get_style(cfg.calls.style)
+        spans = [call_input_spans(t, style) for t in train_texts]
+        train_rows, train_weights = pack_weighted(tokenizer, train_texts, spans, cfg.finetune.call_input_weight,
+                                                  seq_len, whole_documents=whole)  # (N, T) twice
+        if state.is_main_process:
+            print(f"finetune: the {sum(map(len, spans)):,} call inputs weigh {cfg.finetune.call_input_weight:g} "
+                  f"in the loss ({int(((train_weights != 1.0) & (train_rows >= 0)).sum()):,} tokens)")
+    else:
+        train_rows = pack_sequences(tokenizer, train_texts, seq_len, whole_documents=whole)  # (N, T)
     dev_rows = (pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len, whole_documents=whole)
                 if dev_idx else None)  # (M, T)
     out = model_dir(cfg)
     args = TrainArgs.from_config(cfg.finetune, seed=cfg.seed)
     metrics = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer=tokenizer, resume=not force,
-                              run_key=run_key(cfg, data_hash))
+                              run_key=run_key(cfg, data_hash), train_weights=train_weights)
 
     if not state.is_main_process:
         return StageResult("finetune", False, None)
