@@ -54,7 +54,8 @@ def main() -> None:
     torch.set_num_threads(1)
     wc = load_config(PipelineConfig, args.config).world
     world = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
-    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary, wc.extra_train_forms)
+    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary, wc.extra_train_forms,
+                        wc.scene_forms)
     questions = {k: tr for k, (tr, _) in split_questions(wc.seed, wc.heldout_questions).items()}
     writer = Writer(world, random.Random(f"{wc.seed}-chain-probe"), [], split, questions)
     items = [writer.twostep() for _ in range(args.items)]

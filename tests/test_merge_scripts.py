@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_finetune import write_sums
 
-from toolformer.world.arithmetic import EXTRA_FORMS, FORMS
+from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, SCENE_FORMS
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -39,7 +39,7 @@ def test_novel_problems_are_right_and_in_phrasings_the_world_never_writes(tmp_pa
     assert items == novel_phrasings.items(3, 11)  # the seed fixes the set
     # No phrasing shares four words in a row (placeholders aside) with a story, body or question of the world's
     # arithmetic forms, held out or not.
-    world = " | ".join(" ".join((f.story, f.body, f.question)) for f in (*FORMS, *EXTRA_FORMS))
+    world = " | ".join(" ".join((f.story, f.body, f.question)) for f in (*FORMS, *EXTRA_FORMS, *SCENE_FORMS))
     for phrasings in (*novel_phrasings.PHRASINGS.values(), *novel_phrasings.PHRASINGS_B.values()):
         for p in phrasings:
             words = p.split()

@@ -434,6 +434,61 @@ def test_extra_train_forms_keep_the_heldout_split_and_reach_training_text(world,
         assert len(used) >= 36, (name, sorted({f.key for f in EXTRA_FORMS} - used))
 
 
+def test_scene_forms_keep_the_heldout_split_and_reach_training_text(tmp_path):
+    """world.scene_forms: the 67 scene forms join the training forms after the extra ones; the held-out forms,
+    words and unseen evaluation sets stay those of the seed, and the new forms are in the pre-training and
+    annotation text."""
+    from toolformer.world.arithmetic import SCENE_FORMS
+
+    extra = generate_world(small_cfg(tmp_path / "extra", extra_train_forms=True))
+    scene = generate_world(small_cfg(tmp_path / "scene", extra_train_forms=True, scene_forms=True))
+    assert_heldout_unseen(scene, train_forms=80 + len(SCENE_FORMS))
+    forms, before = (json.loads(w["forms"].read_text()) for w in (scene, extra))
+    for key in ("heldout_forms", "heldout_units", "heldout_names"):
+        assert forms[key] == before[key], key
+    assert forms["train_forms"] == before["train_forms"] + [f.key for f in SCENE_FORMS]
+    for name in ("eval_math_unseen", "eval_qa_unseen"):
+        assert scene[name].read_bytes() == extra[name].read_bytes(), name
+    for name in ("pretrain", "corpus"):
+        texts = [d["text"] for d in jsonl(scene[name])]
+        used = {f.key for f in SCENE_FORMS if any(_form_pattern(f.story).search(t) or
+                                                  _form_pattern(f"{f.body} {f.question}".strip()).search(t)
+                                                  for t in texts)}
+        assert len(used) >= {"pretrain": 50, "corpus": 30}[name], (name, sorted({f.key for f in SCENE_FORMS} - used))
+
+
+# Words that name no scene: articles, pronouns, prepositions and auxiliaries (and "two", said by every operation).
+FUNCTION_WORDS = {"a", "an", "the", "and", "of", "in", "on", "to", "at", "for", "from", "with", "by", "is", "are",
+                  "was", "were", "did", "do", "does", "how", "many", "much", "what", "so", "it", "its", "there", "that",
+                  "this", "than", "be", "been", "has", "have", "had", "then", "if", "one", "other", "all", "they",
+                  "them", "their", "as", "but", "only", "two"}
+
+
+def _scene_words(form) -> set[str]:
+    """A form's words, less its placeholders, its cue words and function words."""
+    words = set(re.findall(r"[a-z]+", re.sub(r"\{\w+\}", "", f"{form.story} {form.body} {form.question}").lower()))
+    return words - FUNCTION_WORDS - {w for cue in form.cues for w in cue.split("_")}
+
+
+def test_scene_forms_say_every_word_of_a_heldout_form_with_two_operations():
+    """Without them a held-out form's words can come with one operation only in training, often another one
+    ("bought" only with + when mul-price is held out, for seed 0); with them every word of every held-out form
+    other than its cues is said with two operations or more, for several seeds."""
+    from toolformer.world.arithmetic import split_forms
+
+    def lonely(split):
+        ops: dict[str, set[str]] = {}
+        for f in split.train_forms:
+            for w in _scene_words(f) | {w for cue in f.cues for w in cue.split("_")}:
+                ops.setdefault(w, set()).add(f.op)
+        return {(f.key, w) for f in split.heldout_forms for w in _scene_words(f) if len(ops.get(w, ())) < 2}
+
+    assert ("mul-price", "bought") in lonely(split_forms(0, extra_train=True))
+    for seed in range(8):
+        assert len(lonely(split_forms(seed, extra_train=True))) >= 5, seed
+        assert not lonely(split_forms(seed, extra_train=True, scene_train=True)), seed
+
+
 def assert_heldout_unseen(world: dict[str, Path], train_forms: int) -> None:
     from toolformer.world.arithmetic import FORM_KEYS, UNITS
     from toolformer.world.entities import QUESTION_FORMS

@@ -70,6 +70,10 @@ class WorldConfig:
     """Training text also uses the 32 arithmetic forms that are never held out (other verbs, a number in the
     question, two sentences, bare operation words, comparisons): the held-out forms and words stay those of the
     seed, and become a new composition of more known wordings."""
+    scene_forms: bool = False
+    """Training text also uses the 67 arithmetic forms of SCENE_FORMS, never held out: each says words that the
+    other forms say with one operation only ("bought", "trips", "Monday") with another, so that for every seed each
+    word of a held-out form other than its cue words is said with two operations or more in training."""
     noise_share: float = 0.0
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""

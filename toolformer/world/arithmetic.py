@@ -332,14 +332,199 @@ EXTRA_FORMS = [
        "{a} {units} were loaded onto {b} carts, the same number on each cart.",
        "How many {units} were on each cart?", "same each"),
 ]
+# Forms that training text uses with ``world.scene_forms``: never held out. In :data:`FORMS` and
+# :data:`EXTRA_FORMS` many words that state no operation come with one operation only ("bought" says + in
+# add-bought, × in mul-price; "trips" × in training, ÷ in div-trips), so holding a form out can leave its
+# words saying another operation in every training text. These say each such word with an operation its forms
+# do not use, so that for every seed each word of a held-out form other than its cue words is said with two
+# operations or more in training (``tests/test_world.py``): the operation has to come from the cue words.
+SCENE_FORMS = [
+    # -- addition ----------------------------------------------------------------------------
+    _f("+", "add-spent-shop", "{P} spent {a} crowns at the market of {T} and {b} crowns at a shop, {c} crowns in all.",
+       "{P} spent {a} crowns at the market of {T} and {b} crowns at a shop.", "How many crowns did {P} spend in all?",
+       "in_all"),
+    _f("+", "add-loaded-carts", "{a} {units} were loaded onto one cart and {b} onto another, {c} {units} in total.",
+       "{a} {units} were loaded onto one cart and {b} {units} onto another.",
+       "How many {units} were loaded onto the carts in total?", "total"),
+    _f("+", "add-road-added", "The road from {T} was {a} metres long until {b} metres were added to it, making it {c} "
+       "metres long.", "The road from {T} was {a} metres long until {b} metres were added to it.",
+       "How long is the road now, in metres?", "added"),
+    _f("+", "add-walked-day", "{P} walked for {a} minutes in the morning and for {b} minutes in the evening, {c} "
+       "minutes in all.", "{P} walked for {a} minutes in the morning and for {b} minutes in the evening.",
+       "How many minutes did {P} walk in all?", "in_all"),
+    _f("+", "add-teams-packed", "One team packed {a} {units} and a second team packed {b}, so the teams packed {c} "
+       "{units} together.", "One team packed {a} {units} and a second team packed {b} {units}.",
+       "How many {units} did the two teams pack together?", "together"),
+    _f("+", "add-pile-grew", "A pile held {a} {units} and a cart carried {b} more into it, so the pile grew to {c}.",
+       "A pile held {a} {units} and a cart carried {b} more {units} into it.", "How many {units} are in the pile now?",
+       "more"),
+    _f("+", "add-trips-needed", "For its two trips {T} needed {a} {units} and then {b} more, {c} {units} in all.",
+       "For its two trips {T} needed {a} {units} and then {b} more {units}.",
+       "How many {units} did {T} need for the trips?", "more"),
+    _f("+", "add-gets-given", "{P} gets {a} {units} from {T} and is given {b} more by {T2}, so {P} gets {c} {units} "
+       "in all.", "{P} gets {a} {units} from {T} and is given {b} more {units} by {T2}.",
+       "How many {units} does {P} get in all?", "more in_all"),
+    _f("+", "add-two-rows", "A row of {a} {units} and a row of {b} {units} makes {c} {units}.",
+       "There is a row of {a} {units} and a row of {b} {units}.", "How many {units} do the two rows make?", "two_rows"),
+    _f("+", "add-box-costs", "One {unit} costs {a} crowns and its box costs {b} crowns, {c} crowns for both.",
+       "One {unit} costs {a} crowns and its box costs {b} crowns.", "What do the {unit} and its box cost together?",
+       "together"),
+    _f("+", "add-went-load", "{a} {units} went into the first load and {b} into the second, {c} {units} in all.",
+       "{a} {units} went into the first load and {b} {units} into the second.",
+       "How many {units} went into the two loads?", "in_all"),
+    _f("+", "add-fill-barns", "{a} {units} fill one barn and {b} fill another, {c} {units} in all.",
+       "{a} {units} fill one barn and {b} {units} fill another.", "How many {units} fill the two barns?", "in_all"),
+    _f("+", "add-sells-between", "{T} sells {a} {units} a year and {T2} sells {b}, {c} {units} between them.",
+       "{T} sells {a} {units} a year and {T2} sells {b} {units}.",
+       "How many {units} do the two towns sell a year between them?", "between"),
+        _f("+", "add-earns-two", "{P} earns {a} crowns at the mill and {b} crowns at the market, {c} crowns in all.",
+       "{P} earns {a} crowns at the mill and {b} crowns at the market.", "How many crowns does {P} earn in all?",
+       "in_all"),
+    _f("+", "add-leaves-two", "{P} leaves {a} {units} at {T} and {b} at {T2}, {c} {units} in all.",
+       "{P} leaves {a} {units} at {T} and {b} {units} at {T2}.", "How many {units} does {P} leave?", "in_all"),
+    _f("+", "add-minute-metres", "In the first minute {P} walked {a} metres and in the next minute {b} metres, {c} "
+       "metres in all.", "In the first minute {P} walked {a} metres and in the next minute {b} metres.",
+       "How many metres did {P} walk in the two minutes?", "in_all"),
+    _f("+", "add-numbers", "Adding the numbers {a} and {b} gives {c}.", "", "What does adding the numbers {a} and {b} "
+       "give?", "adding question_first"),
+    _f("+", "add-paved-more", "The workers paved {a} metres of road and then {b} metres more, {c} metres in all.",
+       "The workers paved {a} metres of road and then {b} metres more.", "How many metres did the workers pave?",
+       "more"),
+    _f("+", "add-remained-two", "{a} {units} remained in one barn and {b} in another, {c} {units} in all.",
+       "{a} {units} remained in one barn and {b} {units} in another.", "How many {units} remained in the barns?",
+       "in_all"),
+    _f("+", "add-unpaved-two", "{a} metres of one road and {b} metres of another are unpaved, {c} metres in all.",
+       "{a} metres of one road and {b} metres of another are unpaved.", "How many metres are unpaved in all?",
+       "in_all"),
+    # -- subtraction -------------------------------------------------------------------------
+    _f("-", "sub-bought-sold", "{P} bought {a} {units} and sold {b} of them, so {P} kept {c}.",
+       "{P} bought {a} {units} and sold {b} of them.", "How many {units} did {P} keep?", "of_them"),
+    _f("-", "sub-stock-sold", "The stock at {T} was {a} {units} until {b} were sold, leaving {c} in stock.",
+       "The stock at {T} was {a} {units} until {b} were sold.", "How many {units} are still in stock?", "still"),
+    _f("-", "sub-gave-stayed", "Of the {a} {units} {P} had, {P} gave {b} to {T}, and {c} {units} stayed.",
+       "Of the {a} {units} {P} had, {P} gave {b} to {T}.", "How many {units} did {P} still have?", "still"),
+    _f("-", "sub-held-taken", "The carts held {a} {units}, and {b} of them were taken off at {T}, so {c} {units} "
+       "stayed on the carts.", "The carts held {a} {units}, and {b} of them were taken off at {T}.",
+       "How many {units} stayed on the carts?", "of_them"),
+    _f("-", "sub-found-lost", "{P} found {a} {units} on Monday and lost {b} of them on Tuesday, so {P} still had {c}.",
+       "{P} found {a} {units} on Monday and lost {b} of them on Tuesday.", "How many {units} did {P} still have?",
+       "still"),
+    _f("-", "sub-sent-towns", "{T} had {a} {units} and sent {b} of them to other towns, which left {c} {units} in {T}.",
+       "{T} had {a} {units} and sent {b} of them to other towns.", "How many {units} were left in {T}?", "left"),
+    _f("-", "sub-already-sold", "Of {a} {units} for sale, {b} were already sold, so {c} are still to sell.",
+       "Of {a} {units} for sale, {b} were already sold.", "How many {units} are still to sell?", "still"),
+    _f("-", "sub-before-autumn", "In spring {T} had {a} {units}, and {b} were used up before autumn, which left {c}.",
+       "In spring {T} had {a} {units}, and {b} of them were used up before autumn.",
+       "How many {units} were left in autumn?", "left"),
+    _f("-", "sub-earns-saves", "{P} earns {a} crowns a month and spends {b} of them, saving {c} crowns.",
+       "{P} earns {a} crowns a month and spends {b} of them.", "How many crowns does {P} save a month?", "of_them"),
+    _f("-", "sub-collected-kept", "{P} collected {a} {units} in the morning and handed {b} of them out in the "
+       "evening, keeping {c}.", "{P} collected {a} {units} in the morning and handed {b} of them out in the evening.",
+       "How many {units} did {P} keep?", "of_them"),
+    _f("-", "sub-received-outside", "{T} received {a} {units} and put {b} of them into a barn, leaving {c} outside.",
+       "{T} received {a} {units} and put {b} of them into a barn.", "How many {units} were left outside?", "left"),
+    _f("-", "sub-missing-among", "Among {a} {units} sent to {T}, {b} went missing, so {c} arrived.",
+       "Among {a} {units} sent to {T}, {b} went missing.", "How many {units} arrived in {T}?", "missing"),
+    _f("-", "sub-carry-more", "A cart could carry {a} {units} and already had {b} on it, so it could carry {c} "
+       "more.",
+       "A cart could carry {a} {units} and already had {b} {units} on it.", "How many more {units} could it carry?",
+       "already"),
+    _f("-", "sub-second-fewer", "The first barn held {a} {units} and the second held {b} fewer, so the second held "
+       "{c}.", "The first barn held {a} {units} and the second held {b} fewer.",
+       "How many {units} did the second barn hold?", "fewer"),
+    # -- multiplication ----------------------------------------------------------------------
+    _f("*", "mul-bought-boxes", "{P} bought {a} boxes with {b} {units} in each box, {c} {units} in all.",
+       "{P} bought {a} boxes with {b} {units} in each box.", "How many {units} did {P} buy?", "each"),
+    _f("*", "mul-shops-sold", "Each of the {a} shops at the market sold {b} {units}, {c} {units} in all.",
+       "Each of the {a} shops at the market sold {b} {units}.", "How many {units} did the shops sell?", "each"),
+    _f("*", "mul-walked-minutes", "{P} walked {b} metres every minute for {a} minutes, {c} metres in all.",
+       "{P} walked {b} metres every minute for {a} minutes.", "How many metres did {P} walk?", "every",
+       reversed=True),
+    _f("*", "mul-lost-weeks", "{P} lost {b} crowns a week for {a} weeks, {c} crowns in all.",
+       "{P} lost {b} crowns a week for {a} weeks.", "How many crowns did {P} lose?", "a_week", reversed=True),
+    _f("*", "mul-children-collected", "{a} children collected {b} {units} each, {c} {units} in all.",
+       "{a} children collected {b} {units} each.", "How many {units} did the children collect?", "each"),
+    _f("*", "mul-added-rows", "{P} added {a} rows of {b} {units} to the barn, {c} {units} in all.",
+       "{P} added {a} rows of {b} {units} to the barn.", "How many {units} did {P} add to the barn?", "rows_of"),
+    _f("*", "mul-sent-carts", "{T} sent {a} carts with {b} {units} on each, {c} {units} in all.",
+       "{T} sent {a} carts with {b} {units} on each.", "How many {units} did {T} send?", "each"),
+    _f("*", "mul-stock-weekly", "{T} adds {b} {units} to its stock every week; in {a} weeks that is {c} {units}.",
+       "{T} adds {b} {units} to its stock every week.", "How many {units} does {T} add in {a} weeks?", "every",
+       reversed=True),
+    _f("*", "mul-found-piles", "{P} found {a} piles of {b} {units}, {c} {units} in all.",
+       "{P} found {a} piles of {b} {units}.", "How many {units} did {P} find?", "piles_of"),
+    _f("*", "mul-towns-received", "{a} towns each received {b} {units}, {c} {units} in all.",
+       "{a} towns each received {b} {units}.", "How many {units} did the towns receive?", "each"),
+    _f("*", "mul-loads-take", "Each load a cart can take is {b} {units}, so {a} loads are {c} {units}.",
+       "Each load a cart can take is {b} {units}.", "How many {units} are in {a} loads?", "each", reversed=True),
+        _f("*", "mul-seasons-weekly", "In spring and autumn {P} sold {b} {units} a week for {a} weeks, {c} {units} in "
+       "all.", "In spring and autumn {P} sold {b} {units} a week for {a} weeks.",
+       "How many {units} did {P} sell in spring and autumn?", "a_week", reversed=True),
+    _f("*", "mul-counted-rows", "{P} counted {a} rows of {b} {units}, {c} {units} in all.",
+       "{P} counted {a} rows of {b} {units}.", "How many {units} did {P} count?", "rows_of"),
+    _f("*", "mul-taking-trips", "Taking {b} {units} on each trip, a cart that makes {a} trips moves {c} {units}.",
+       "Taking {b} {units} on each trip, a cart makes {a} trips.", "How many {units} does the cart move?", "each",
+       reversed=True),
+    _f("*", "mul-carts-leaving", "{a} carts came to the market, each leaving {b} {units}, {c} {units} in all.",
+       "{a} carts came to the market, each leaving {b} {units}.", "How many {units} did the carts leave?", "each"),
+    _f("*", "mul-bags-making", "{P} put {b} {units} in each of {a} bags, making {c} in all.",
+       "{P} put {b} {units} in each of {a} bags.", "How many {units} are in the bags?", "each", reversed=True),
+    _f("*", "mul-missing-boxes", "{b} {units} were missing from each of {a} boxes, {c} missing in all.",
+       "{b} {units} were missing from each of {a} boxes.", "How many {units} were missing?", "each", reversed=True),
+    _f("*", "mul-monday-hours", "On Monday and Tuesday {P} made {b} {units} an hour for {a} hours, {c} in all.",
+       "On Monday and Tuesday {P} made {b} {units} an hour for {a} hours.", "How many {units} did {P} make?",
+       "an_hour", reversed=True),
+    _f("*", "mul-numbers", "The two numbers {a} and {b} multiplied give {c}.", "",
+       "What do the two numbers {a} and {b} multiplied give?", "multiplied question_first"),
+    # -- division ----------------------------------------------------------------------------
+    _f("/", "div-bought-cost", "{P} bought {b} {units} for {a} crowns, so each {unit} cost {c} crowns.",
+       "{P} bought {b} {units} for {a} crowns.", "What did each {unit} cost?", "each cost", reversed=True),
+    _f("/", "div-spent-days", "{P} spent {a} crowns at the market in {b} days, the same each day, {c} crowns a day.",
+       "{P} spent {a} crowns at the market in {b} days, the same each day.", "How many crowns did {P} spend a day?",
+       "same each"),
+    _f("/", "div-given-teams", "{a} {units} were given to {b} teams, the same to each team, so each team gets {c}.",
+       "{a} {units} were given to {b} teams, the same to each team.", "How many {units} does each team get?",
+       "same each"),
+    _f("/", "div-held-barns", "{b} barns held {a} {units} between them, the same in each barn, {c} {units} a barn.",
+       "{b} barns held {a} {units} between them, the same in each barn.", "How many {units} did each barn hold?",
+       "same each", reversed=True),
+    _f("/", "div-collected-piles", "In the morning {P} collected {a} {units} and put them in {b} equal piles, {c} in "
+       "each pile.", "In the morning {P} collected {a} {units} and put them in {b} equal piles.",
+       "How many {units} are in each pile?", "equal each"),
+    _f("/", "div-sold-towns", "{a} {units} were sold to {b} towns, the same number to each town, {c} {units} per town.",
+       "{a} {units} were sold to {b} towns, the same number to each town.", "How many {units} did each town get?",
+       "same each per"),
+    _f("/", "div-road-parts", "A road of {a} metres was paved in {b} equal parts, {c} metres a part.",
+       "A road of {a} metres was paved in {b} equal parts.", "How many metres long was each part?", "equal each"),
+    _f("/", "div-makes-days", "{P} makes {a} {units} in {b} days, the same number each day, {c} a day.",
+       "{P} makes {a} {units} in {b} days, the same number each day.", "How many {units} does {P} make a day?",
+       "same each"),
+    _f("/", "div-collect-days", "{P} had to collect {a} {units} in {b} days, the same each day, {c} a day.",
+       "{P} had to collect {a} {units} in {b} days, the same each day.", "How many {units} did {P} collect a day?",
+       "same each"),
+    _f("/", "div-take-trips", "Moving {a} {units} {b} at a time takes {c} trips.", "{P} has to move {a} {units}, {b} "
+       "at a time.", "How many trips does it take?", "at_a_time"),
+    _f("/", "div-remained-piles", "{a} {units} remained and were put into {b} equal piles, {c} in each pile.",
+       "{a} {units} remained and were put into {b} equal piles.", "How many {units} are in each pile?", "equal each"),
+    _f("/", "div-unpaved-parts", "The {a} unpaved metres of a road were split into {b} equal parts, {c} metres each.",
+       "The {a} unpaved metres of a road were split into {b} equal parts.", "How many metres is each part?",
+       "split equal"),
+    _f("/", "div-sells-weeks", "{T} sells {a} {units} in {b} weeks, the same each week, {c} a week.",
+       "{T} sells {a} {units} in {b} weeks, the same each week.", "How many {units} does {T} sell a week?",
+       "same each"),
+    _f("/", "div-taking-loads", "Taking {a} {units} to {T} in {b} equal loads leaves {c} {units} in each load.",
+       "{P} is taking {a} {units} to {T} in {b} equal loads.", "How many {units} are in each load?", "equal each"),
+]
 SCENE_WORDS = ("families", "crowns", "paid", "cart", "trip", "orchard", "trees", "hall", "seats", "rows", "teams",
                "workers", "weeks", "earned")
 """Words that set a scene and state no operation; with the extra forms training says each with two or more."""
 # No object word in them: held-out object words are drawn from those no form writes (split_forms).
 assert not {w for u in UNITS for w in u} & set(re.findall(r"[a-z]+", " ".join(
     f.story + f.body + f.question for f in EXTRA_FORMS).lower())), "an object word in EXTRA_FORMS"
-FORM_KEYS = {f.key: f for f in [*FORMS, *EXTRA_FORMS]}
-assert len(FORM_KEYS) == len(FORMS) + len(EXTRA_FORMS)
+assert not {w for u in UNITS for w in u} & set(re.findall(r"[a-z]+", " ".join(
+    f.story + f.body + f.question for f in SCENE_FORMS).lower())), "an object word in SCENE_FORMS"
+FORM_KEYS = {f.key: f for f in [*FORMS, *EXTRA_FORMS, *SCENE_FORMS]}
+assert len(FORM_KEYS) == len(FORMS) + len(EXTRA_FORMS) + len(SCENE_FORMS)
 
 
 @dataclass(frozen=True)
@@ -352,11 +537,13 @@ class Split:
     heldout_units: tuple[tuple[str, str], ...]
     train_names: tuple[str, ...]
     heldout_names: tuple[str, ...]
+    scene: bool = False
+    """Training uses :data:`SCENE_FORMS` as well (``world.scene_forms``)."""
 
     @property
     def extra(self) -> bool:
         """Training uses :data:`EXTRA_FORMS` as well (``world.extra_train_forms``)."""
-        return len(self.train_forms) + len(self.heldout_forms) > len(FORMS)
+        return EXTRA_FORMS[0] in self.train_forms
 
     def forms(self, op: str, heldout: bool = False) -> list[Form]:
         return [f for f in (self.heldout_forms if heldout else self.train_forms) if f.op == op]
@@ -374,11 +561,12 @@ def _valid_heldout(op_forms: list[Form], held: list[Form]) -> bool:
             and any(not f.reversed for f in train))
 
 
-def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25, extra_train: bool = False) -> Split:
+def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25, extra_train: bool = False,
+                scene_train: bool = False) -> Split:
     """Hold out ``heldout_per_op`` forms of each operation and a share of the
     objects and first names, by seed (see the module docstring); with
-    ``extra_train`` the training forms add :data:`EXTRA_FORMS` (the held-out
-    ones stay the same)."""
+    ``extra_train`` the training forms add :data:`EXTRA_FORMS`, with
+    ``scene_train`` :data:`SCENE_FORMS` (the held-out ones stay the same)."""
     rng = random.Random(f"{seed}-forms")
     held: list[Form] = []
     for op in OPS:
@@ -400,10 +588,11 @@ def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25,
     rng.shuffle(names)
     nu, nn = round(len(UNITS) * vocab_heldout), round(len(names) * vocab_heldout)
     held_units = eligible[:nu]
-    train = [f for f in FORMS if f not in held] + (EXTRA_FORMS if extra_train else [])
+    train = ([f for f in FORMS if f not in held] + (EXTRA_FORMS if extra_train else [])
+             + (SCENE_FORMS if scene_train else []))
     return Split(tuple(train), tuple(f for f in FORMS if f in held),
                  tuple(u for u in UNITS if u not in held_units), tuple(held_units), tuple(names[nn:]),
-                 tuple(names[:nn]))
+                 tuple(names[:nn]), scene_train)
 
 
 # Ranges of operands by size: "small" mixes 2- to 4-digit numbers (pre-training),

@@ -16,7 +16,7 @@ import re
 import string
 
 from toolformer.tools.calls import get_style
-from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, OPS, UNITS, Item, Split, written
+from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, OPS, SCENE_FORMS, UNITS, Item, Split, written
 from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, NonceFacts
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
@@ -112,7 +112,7 @@ class CopyingDocs:
                 elif r < 0.7:
                     new = (rng.choice(TOWN_HEADS) + rng.choice(TOWN_TAILS)).lower()
                 else:  # letters at random: a word the tokenizer splits into rare pieces, as an unseen word
-                    new = random_letters(rng, self.split.extra)
+                    new = random_letters(rng, self.split.extra, self.split.scene)
                 words[i] = new + word[len(core):]
         return " ".join(words)
 
@@ -183,20 +183,20 @@ class CopyingDocs:
 
 
 @functools.cache
-def _form_words(extra: bool = False) -> frozenset[str]:
+def _form_words(extra: bool = False, scene: bool = False) -> frozenset[str]:
     """Every word of the world's templates (arithmetic and question forms, held out or not, with ``extra`` the
-    :data:`EXTRA_FORMS` too, and object words)."""
-    forms = (*FORMS, *EXTRA_FORMS) if extra else FORMS
+    :data:`EXTRA_FORMS` too, with ``scene`` the :data:`SCENE_FORMS`, and object words)."""
+    forms = (*FORMS, *(EXTRA_FORMS if extra else ()), *(SCENE_FORMS if scene else ()))
     texts = [f"{f.story} {f.body} {f.question}" for f in forms] + [q for qs in QUESTION_FORMS.values() for q in qs]
     return frozenset(w.lower() for w in _WORDS.findall(" ".join(texts))) | {w for pair in UNITS for w in pair}
 
 
-def random_letters(rng: random.Random, extra: bool = False) -> str:
+def random_letters(rng: random.Random, extra: bool = False, scene: bool = False) -> str:
     """3-9 random lowercase letters that are no word of the world's templates (so no held-out word either; with
-    ``extra``, no word of the extra training forms either)."""
+    ``extra`` or ``scene``, no word of those training forms either)."""
     while True:
         word = "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9)))
-        if word not in _form_words(extra):
+        if word not in _form_words(extra, scene):
             return word
 
 

@@ -188,7 +188,8 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     counts["knowledge"] = _write_jsonl(paths["knowledge"], (f.record() for f in world.facts))
     counts["collection"] = _write_jsonl(paths["collection"], collection_records(world))
 
-    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary, wc.extra_train_forms)
+    split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary, wc.extra_train_forms,
+                        wc.scene_forms)
     questions = split_questions(wc.seed, wc.heldout_questions)
     train_q = {k: tr for k, (tr, _ho) in questions.items()}
     heldout_q = {k: ho for k, (_tr, ho) in questions.items()}

@@ -52,7 +52,8 @@ WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose 
 # World fields added after base models were shipped, with the value that writes the corpus they were trained on:
 # at that value a field is left out of the key, so the shipped model stays valid.
 WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False, "rewrite_share": 0.0,
-                     "rewrite_math_share": 0.0, "extra_train_forms": False, "cue_number_first": 0.0}
+                     "rewrite_math_share": 0.0, "extra_train_forms": False, "cue_number_first": 0.0,
+                     "scene_forms": False}
 # The same for the pretrain section.
 PRETRAIN_FIELDS_ADDED = {"digits_apart": False, "init_from": "", "prefix_space": False}
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
