@@ -334,7 +334,8 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
 # forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
 # README "Base model").
 START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", "pretrain.init_from=",
-                   "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3", "pretrain.prefix_space=false"]
+                   "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3", "pretrain.prefix_space=false",
+                   "world.scene_forms=false"]
 
 
 @pytest.mark.slow
