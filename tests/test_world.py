@@ -464,10 +464,14 @@ FUNCTION_WORDS = {"a", "an", "the", "and", "of", "in", "on", "to", "at", "for", 
                   "them", "their", "as", "but", "only", "two"}
 
 
+def _cue_words(form) -> set[str]:
+    return {w for cue in form.cues for w in cue.split("_")}
+
+
 def _scene_words(form) -> set[str]:
     """A form's words, less its placeholders, its cue words and function words."""
     words = set(re.findall(r"[a-z]+", re.sub(r"\{\w+\}", "", f"{form.story} {form.body} {form.question}").lower()))
-    return words - FUNCTION_WORDS - {w for cue in form.cues for w in cue.split("_")}
+    return words - FUNCTION_WORDS - _cue_words(form)
 
 
 def test_scene_forms_say_every_word_of_a_heldout_form_with_two_operations():
@@ -479,7 +483,7 @@ def test_scene_forms_say_every_word_of_a_heldout_form_with_two_operations():
     def lonely(split):
         ops: dict[str, set[str]] = {}
         for f in split.train_forms:
-            for w in _scene_words(f) | {w for cue in f.cues for w in cue.split("_")}:
+            for w in _scene_words(f) | _cue_words(f):
                 ops.setdefault(w, set()).add(f.op)
         return {(f.key, w) for f in split.heldout_forms for w in _scene_words(f) if len(ops.get(w, ())) < 2}
 

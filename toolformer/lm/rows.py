@@ -38,11 +38,8 @@ def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1
     ``IGNORE_INDEX``; :func:`batch_inputs` turns it into an attention mask and
     ignored labels. Returns (N, seq_len) int64.
     """
-    if seq_len < 2:
-        raise ValueError(f"seq_len {seq_len}: need at least 2 tokens per row")
     sep = _separator(tokenizer)
-    texts = list(texts)
-    docs = (np.asarray([*sep, *ids], dtype=np.int64) for ids in _encoded(tokenizer, texts, batch))
+    docs = (np.asarray([*sep, *ids], dtype=np.int64) for ids, _ in _encoded(tokenizer, list(texts), batch))
     return _pack(docs, seq_len, whole_documents, IGNORE_INDEX)
 
 
@@ -53,45 +50,44 @@ def pack_weighted(tokenizer, texts: list[str], spans: list[list[tuple[int, int]]
     text's character ``spans`` [start, end), 1 for every other token, 0 for
     padding. The weight of position t applies to predicting token t (the
     label). Needs a tokenizer with offset mapping (a fast tokenizer)."""
-    if seq_len < 2:
-        raise ValueError(f"seq_len {seq_len}: need at least 2 tokens per row")
     if len(spans) != len(texts):
         raise ValueError(f"pack_weighted: {len(spans)} span lists for {len(texts)} texts")
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("pack_weighted: token offsets need a fast tokenizer (tokenizer.json)")
     sep = _separator(tokenizer)
     ids_docs, weight_docs = [], []
-    for i in tqdm(range(0, len(texts), batch), desc="pack", unit="batch", disable=len(texts) <= batch):
-        enc = tokenizer(texts[i : i + batch], add_special_tokens=False, return_offsets_mapping=True)
-        for ids, offsets, doc_spans in zip(enc["input_ids"], enc["offset_mapping"], spans[i : i + batch]):
-            weights = np.ones(len(sep) + len(ids), dtype=np.float32)
-            for k, (s, e) in enumerate(offsets):
-                if any(s < b and e > a for a, b in doc_spans):
-                    weights[len(sep) + k] = span_weight
-            ids_docs.append(np.asarray([*sep, *ids], dtype=np.int64))
-            weight_docs.append(weights)
-    rows = _pack(ids_docs, seq_len, whole_documents, IGNORE_INDEX)
-    weights = _pack(weight_docs, seq_len, whole_documents, 0.0)
-    return rows, weights
+    for (ids, offsets), doc_spans in zip(_encoded(tokenizer, texts, batch, offsets=True), spans):
+        weights = np.ones(len(sep) + len(ids), dtype=np.float32)
+        if doc_spans and ids:
+            tok = np.asarray(offsets).reshape(-1, 1, 2)  # (K, 1, 2) token [start, end)
+            span = np.asarray(doc_spans).reshape(1, -1, 2)  # (1, S, 2)
+            inside = ((tok[..., 0] < span[..., 1]) & (tok[..., 1] > span[..., 0])).any(axis=1)  # (K,)
+            weights[len(sep):][inside] = span_weight
+        ids_docs.append(np.asarray([*sep, *ids], dtype=np.int64))
+        weight_docs.append(weights)
+    return (_pack(ids_docs, seq_len, whole_documents, IGNORE_INDEX),
+            _pack(weight_docs, seq_len, whole_documents, 0.0))
 
 
 def _separator(tokenizer) -> list[int]:
     return bos_ids(tokenizer) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
 
 
-def _encoded(tokenizer, texts: list[str], batch: int) -> Iterator[list[int]]:
+def _encoded(tokenizer, texts: list[str], batch: int, offsets: bool = False) -> Iterator[tuple[list[int], list | None]]:
+    """Each text's token ids (no special tokens) and, with ``offsets``, their character spans."""
     for i in tqdm(range(0, len(texts), batch), desc="pack", unit="batch", disable=len(texts) <= batch):
-        yield from tokenizer(texts[i : i + batch], add_special_tokens=False)["input_ids"]
+        enc = tokenizer(texts[i : i + batch], add_special_tokens=False, return_offsets_mapping=offsets)
+        yield from zip(enc["input_ids"], enc["offset_mapping"] if offsets else [None] * len(enc["input_ids"]))
 
 
 def _pack(docs: Iterable[np.ndarray], seq_len: int, whole_documents: bool, fill) -> torch.Tensor:
     """Documents (each with its separator) into rows of ``seq_len``, ``fill`` after the last one and, with
     ``whole_documents``, where a row is closed because the next document does not fit."""
+    if seq_len < 2:
+        raise ValueError(f"seq_len {seq_len}: need at least 2 tokens per row")
     chunks: list[np.ndarray] = []  # 8 bytes a token, not a Python list
     used = 0  # tokens in the current row (whole_documents)
-    dtype = None
     for doc in docs:
-        dtype = doc.dtype
         if whole_documents and used and used + len(doc) > seq_len:
             chunks.append(np.full(seq_len - used, fill, dtype=doc.dtype))  # close the row
             used = 0
@@ -99,7 +95,7 @@ def _pack(docs: Iterable[np.ndarray], seq_len: int, whole_documents: bool, fill)
         used = (used + len(doc)) % seq_len
     stream = torch.from_numpy(np.concatenate(chunks)) if chunks else torch.zeros(0, dtype=torch.long)  # (S,)
     n_rows = math.ceil(len(stream) / seq_len)
-    rows = torch.full((n_rows * seq_len,), fill, dtype=stream.dtype if dtype is not None else torch.long)  # (N * T,)
+    rows = torch.full((n_rows * seq_len,), fill, dtype=stream.dtype)  # (N * T,)
     rows[: len(stream)] = stream
     return rows.view(n_rows, seq_len)  # (N, T)
 

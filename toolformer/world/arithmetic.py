@@ -537,13 +537,16 @@ class Split:
     heldout_units: tuple[tuple[str, str], ...]
     train_names: tuple[str, ...]
     heldout_names: tuple[str, ...]
-    scene: bool = False
-    """Training uses :data:`SCENE_FORMS` as well (``world.scene_forms``)."""
 
     @property
     def extra(self) -> bool:
         """Training uses :data:`EXTRA_FORMS` as well (``world.extra_train_forms``)."""
         return EXTRA_FORMS[0] in self.train_forms
+
+    @property
+    def scene(self) -> bool:
+        """Training uses :data:`SCENE_FORMS` as well (``world.scene_forms``)."""
+        return SCENE_FORMS[0] in self.train_forms
 
     def forms(self, op: str, heldout: bool = False) -> list[Form]:
         return [f for f in (self.heldout_forms if heldout else self.train_forms) if f.op == op]
@@ -592,7 +595,7 @@ def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25,
              + (SCENE_FORMS if scene_train else []))
     return Split(tuple(train), tuple(f for f in FORMS if f in held),
                  tuple(u for u in UNITS if u not in held_units), tuple(held_units), tuple(names[nn:]),
-                 tuple(names[:nn]), scene_train)
+                 tuple(names[:nn]))
 
 
 # Ranges of operands by size: "small" mixes 2- to 4-digit numbers (pre-training),
