@@ -19,6 +19,7 @@ from toolformer.cli import main, settings_argv
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.interact import collect_prompts, looks_like_setting
+from toolformer.lm.foldertrust import FolderTrustError
 from toolformer.lm.modelfolder import SPEC_FILE, folder_settings, read_spec, write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -99,7 +100,13 @@ def test_moved_folder_and_missing_data(tmp_path, tiny_model_dir):
     moved.parent.mkdir()
     shutil.move(folder, moved)
     know.unlink()
-    tf = ToolformerModel.from_pretrained(moved, device="cpu", dtype="float32")
+    # Data recorded by absolute path lies outside the folder: read only when the user says so.
+    with pytest.raises(FolderTrustError, match=rf"tools.collection: {re.escape(str(big))} is an absolute path; .*"
+                                               r"--trust-folder-tools"):
+        ToolformerModel.from_pretrained(moved)
+    tf = ToolformerModel.from_pretrained(moved, overrides=[f"tools.collection={big}"])
+    assert tf.config.tools.collection == str(big) and tf.setup()["refused"] == []
+    tf = ToolformerModel.from_pretrained(moved, device="cpu", dtype="float32", trust_folder_tools=True)
     assert tf.config.tools.knowledge == str(moved / "tools" / "knowledge.jsonl")
     assert tf.config.tools.collection == str(big) and tf.config.model.dtype == "float32"
     setup = tf.setup()
@@ -110,8 +117,8 @@ def test_moved_folder_and_missing_data(tmp_path, tiny_model_dir):
     big.unlink()
     with pytest.raises(FileNotFoundError, match=rf"{re.escape(str(big))}: the data of tool WikiSearch "
                                                 rf"\(tools.collection, recorded in .*moved/{SPEC_FILE}\)"):
-        ToolformerModel.from_pretrained(moved)
-    assert main(["generate", "--model", str(moved), "x"]) == 2
+        ToolformerModel.from_pretrained(moved, trust_folder_tools=True)
+    assert main(["generate", "--model", str(moved), "--trust-folder-tools", "x"]) == 2
 
 
 def test_folder_without_description_names_the_defaults(tiny_model_dir, monkeypatch):

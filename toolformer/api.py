@@ -14,6 +14,13 @@ folder's record, a config (a YAML file or a ``PipelineConfig``), ``key=value``
 overrides, then the ``tools`` option. A folder without ``toolformer.json`` is
 used with the defaults (and any config), with a warning that names them. An
 enabled tool whose data is missing fails here, naming the file.
+
+A model folder is data, not authority: its record starts no process (no MCP
+server it declares), allows no side effect and reads no data outside the
+folder (no absolute path, no ``..``, no symlink leaving it) unless the caller
+passes ``trust_folder_tools=True`` (``--trust-folder-tools`` on the command
+line); untrusted, those entries are left out with one warning, and an enabled
+tool that needs one is refused (:class:`~toolformer.lm.foldertrust.FolderTrustError`).
 :meth:`ToolformerModel.generate` decodes with the paper's rule
 (:func:`toolformer.lm.generate.generate_with_tools`) and returns
 :class:`~toolformer.lm.generate.Generation` objects (``text``, ``calls``,
@@ -28,15 +35,16 @@ from pathlib import Path
 
 from toolformer.config.load import load_config, merge
 from toolformer.config.schema import PipelineConfig
+from toolformer.lm.foldertrust import FolderTrust
 from toolformer.lm.generate import Generation, generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import (
     DECODING,
     SPEC_FILE,
     card_section,
     check_tool_data,
-    folder_settings,
     missing_note,
     read_spec,
+    screen,
     tool_setup,
     write_spec,
 )
@@ -44,37 +52,54 @@ from toolformer.lm.modeling import model_window
 from toolformer.run.folder import atomic_write_text
 from toolformer.tools.calls import get_style
 
-__all__ = ["ToolformerModel", "resolve_config"]
+__all__ = ["ToolformerModel", "resolve", "resolve_config"]
 
 
-def resolve_config(path: str | Path, config=None, overrides=(), tools: list[str] | None = None):
+def resolve_config(path: str | Path, config=None, overrides=(), tools: list[str] | None = None,
+                   trust_folder_tools: bool = False):
     """(config, record) of model folder ``path``: the defaults, then the
     folder's ``toolformer.json`` (None when it has none), then ``config`` (a
     YAML path or a ``PipelineConfig``), ``overrides`` (``key=value``) and
-    ``tools`` (the tools to enable)."""
+    ``tools`` (the tools to enable). The folder's MCP servers, side effects and
+    data outside it are used only with ``trust_folder_tools``
+    (:class:`~toolformer.lm.foldertrust.FolderTrust`)."""
+    cfg, spec, _trust = resolve(path, config, overrides, tools, trust_folder_tools)
+    return cfg, spec
+
+
+def resolve(path: str | Path, config=None, overrides=(), tools: list[str] | None = None,
+            trust_folder_tools: bool = False) -> tuple[PipelineConfig, dict | None, FolderTrust | None]:
+    """:func:`resolve_config` and what the folder asks for beyond its files (None without ``toolformer.json``)."""
     from toolformer.tools import known_tools
 
     folder = Path(path)
     if not folder.is_dir():
         raise FileNotFoundError(f"{folder}: model folder not found")
     spec = read_spec(folder)
-    base = folder_settings(spec, folder) if spec else {}
+    base, trust = screen(spec, folder, trust_folder_tools) if spec else ({}, None)
+    source = str(folder / SPEC_FILE) if spec else "<defaults>"
     if isinstance(config, PipelineConfig):
         base, config = merge(base, asdict(config)), None
-    cfg = load_config(PipelineConfig, config, list(overrides), base=base)
+        source = f"{source} or the PipelineConfig given"
+    cfg = load_config(PipelineConfig, config, list(overrides), base=base, base_source=source)
     if tools is not None:
         known = known_tools(cfg.tools)
         unknown = [t for t in tools if t not in known]
         if unknown:
             raise ValueError(f"tools: unknown tool(s) {', '.join(unknown)}; known: {', '.join(known)}")
         cfg.tools.enabled = list(tools)
-    return cfg, spec
+    if trust is not None:
+        trust.enforce(cfg.tools)
+    return cfg, spec, trust
 
 
 class ToolformerModel:
     """A causal LM, its tokenizer and the tools it calls, from one model folder."""
 
-    def __init__(self, model, tokenizer, config: PipelineConfig, folder: str | Path, spec: dict | None = None):
+    def __init__(self, model, tokenizer, config: PipelineConfig, folder: str | Path, spec: dict | None = None,
+                 trust: FolderTrust | None = None):
+        self.trust = trust
+        """What the folder asks for beyond its files, and whether it was trusted."""
         self.model = model
         self.tokenizer = tokenizer
         self.config = config
@@ -85,7 +110,8 @@ class ToolformerModel:
 
     @classmethod
     def from_pretrained(cls, path: str | Path, *, device: str | None = None, dtype=None, config=None,
-                        overrides=(), tools: list[str] | None = None, warn=None) -> ToolformerModel:
+                        overrides=(), tools: list[str] | None = None, warn=None,
+                        trust_folder_tools: bool = False) -> ToolformerModel:
         """Load a model folder with the tools it records (see the module doc).
 
         ``device``: auto, cpu, cuda or cuda:N; ``dtype``: auto, float32,
@@ -94,10 +120,16 @@ class ToolformerModel:
         ``PipelineConfig`` over the folder's record; ``overrides``:
         ``key=value`` strings over that (``tools.knowledge=FILE``); ``tools``:
         the tools to enable (``[]``: none, calls disabled); ``warn(message)``
-        receives what the caller should know (default: ``warnings.warn``).
+        receives what the caller should know (default: ``warnings.warn``);
+        ``trust_folder_tools``: let the folder's record start the MCP servers it
+        declares, allow the side effects it names and read data outside it
+        (off: they are left out, said in one warning, and a tool that needs
+        them is refused with :class:`~toolformer.lm.foldertrust.FolderTrustError`).
         """
         warn = warn or (lambda m: warnings.warn(m, stacklevel=3))
-        cfg, spec = resolve_config(path, config, overrides, tools)
+        cfg, spec, trust = resolve(path, config, overrides, tools, trust_folder_tools)
+        if trust is not None and trust.note():
+            warn(trust.note())
         if device is not None:
             cfg.model.device = str(device)
         if dtype is not None:
@@ -108,7 +140,7 @@ class ToolformerModel:
         for note in check_tool_data(cfg.tools, path, spec):
             warn(note)
         model, tokenizer = load_model_folder(cfg, str(path))
-        return cls(model, tokenizer, cfg, path, spec)
+        return cls(model, tokenizer, cfg, path, spec, trust)
 
     @property
     def tools(self) -> list[str]:
@@ -138,7 +170,7 @@ class ToolformerModel:
 
     def setup(self, disabled: bool = False) -> dict:
         """Which tools, data, call style and decoding are used, and where each came from."""
-        return {**tool_setup(self.config, self.folder, self.spec, disabled or not self.tools),
+        return {**tool_setup(self.config, self.folder, self.spec, disabled or not self.tools, self.trust),
                 "decoding": {k: getattr(self.config.evaluate, k) for k in DECODING}}
 
     def generate(self, prompts: str | list[str], *, max_new_tokens: int | None = None,

@@ -54,6 +54,13 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--force", action="store_true", help="rerun stages even if their outputs are complete")
 
 
+def _add_trust_arg(p: argparse.ArgumentParser) -> None:
+    """``--trust-folder-tools`` of the commands that evaluate model folders (= evaluate.trust_folder_tools=true)."""
+    p.add_argument("--trust-folder-tools", action="store_true",
+                   help="let the model folders' toolformer.json start the MCP servers they declare, allow the side "
+                        "effects they name and read tool data outside the folders (off: they are refused)")
+
+
 def _add_model_args(p: argparse.ArgumentParser) -> None:
     """Options of the commands that use a tuned model folder (generate, chat)."""
     p.add_argument("--model", required=True, help="model folder")
@@ -63,6 +70,9 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                                                      "the folder's, the paper's 10)")
     p.add_argument("--max-calls", type=int, help="calls per prompt (default: the folder's, the paper's 1)")
     p.add_argument("--config", "-c", help="YAML config over the folder's record")
+    p.add_argument("--trust-folder-tools", action="store_true",
+                   help="let the folder's toolformer.json start the MCP servers it declares, allow the side effects "
+                        "it names and read tool data outside the folder (off: they are refused)")
     p.add_argument("--set", nargs="+", metavar="KEY=VALUE", dest="settings_help",
                    help="config overrides, e.g. tools.knowledge=FILE; everything after --set (or --) is a setting, "
                         "never a prompt")
@@ -77,11 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="<command>")
     p = sub.add_parser("run", help="run the stages listed in the config's `stages`, in order")
     _add_config_args(p)
+    _add_trust_arg(p)
     for stage in STAGES:
         if stage == "inspect":
             continue
         p = sub.add_parser(stage, help=STAGE_HELP[stage])
         _add_config_args(p)
+        if stage == "evaluate":
+            _add_trust_arg(p)
 
     p = sub.add_parser("inspect", help=STAGE_HELP["inspect"])
     p.add_argument("run_dir", nargs="?", help="run folder to inspect (default: the config's run_dir)")
@@ -182,6 +195,8 @@ def _load(args) -> PipelineConfig:
     overrides = list(args.overrides)
     if getattr(args, "rounds", None) is not None:
         overrides.append(f"demo.rounds={args.rounds}")
+    if getattr(args, "trust_folder_tools", False):
+        overrides.append("evaluate.trust_folder_tools=true")
     return load_config(PipelineConfig, args.config, overrides)
 
 

@@ -8,10 +8,24 @@ format), a ``datasets`` ``save_to_disk`` folder, or a hub data set name. Any
 other ending is refused with this list rather than guessed, and a file whose
 first bytes say it is compressed is never read as plain text.
 
-JSON Lines are read line by line so a bad line is rejected with its file and
-line number instead of failing the whole corpus; the other formats go through
-``datasets`` (``load_dataset``, ``load_from_disk``). A document longer than
+JSON Lines and ``.txt`` are read line by line so a bad line is rejected with
+its file and line number instead of failing the whole corpus; the other
+formats go through ``datasets`` (``load_dataset``, ``load_from_disk``), and a
+file ``datasets`` cannot read is an error naming it. A document longer than
 the window is split into windows (``<id>#w<k>``), never dropped or cut.
+
+Text is text: a record that is not valid Unicode -- a line whose bytes are not
+UTF-8, or a lone surrogate in its text, id, date or gold calls (the JSON escape
+``"\\ud800"`` decodes to one) -- is rejected (``rejected.jsonl``, with the
+reason and where), never repaired: nothing is replaced with U+FFFD behind the
+user's back. (Arrow, under the other formats, holds valid UTF-8 only.)
+
+A document longer than ``corpus.max_doc_chars`` characters is first cut into
+pieces (``<id>#p<k>``, at a whitespace where there is one) of at most that
+many, each then split into windows as any document; the sample stage ends a
+shard after a piece (:func:`shard_groups`). So however long one document is
+(a 5 MB line), no shard tokenizes or holds more than ``shard_size`` pieces of
+that size, and a shard's time stays bounded.
 
 A record's gold calls (``gold_calls``: ``[{"tool", "input", "result",
 "char_start"}, ...]``, as the small world's annotation corpus has them) stay
@@ -24,8 +38,10 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -106,27 +122,75 @@ def _open(file: Path, compression: str | None):
     return file.open("rb")
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def invalid_text(text: str, escaped: bool = False) -> str | None:
+    """Why ``text`` is not valid Unicode text, or None when it is: its first lone
+    surrogate (what a JSON escape ``"\\ud800"`` decodes to), or with ``escaped``
+    (text decoded with Python's ``surrogateescape``, as stdin and the command
+    line are) the first byte that was not UTF-8."""
+    m = _SURROGATE.search(text)
+    if m is None:
+        return None
+    c = ord(m.group())
+    if escaped and 0xDC80 <= c <= 0xDCFF:
+        return f"not UTF-8 (byte 0x{c - 0xDC00:02x} at character {m.start()})"
+    return f"lone surrogate U+{c:04X} at character {m.start()} (not valid Unicode text)"
+
+
+def _raw(value) -> str:
+    """The start of a rejected record as text that can be written (lone surrogates as ``\\udXXX``)."""
+    return str(value)[:500].encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _not_text(doc: dict, cfg: CorpusConfig) -> str | None:
+    """Why a document's text, id, date or gold calls are not valid Unicode text, or None."""
+    for name, value in ((cfg.text_field, doc["text"]), (cfg.id_field, doc["doc_id"]), (cfg.date_field, doc["date"])):
+        why = invalid_text(value or "")
+        if why is not None:
+            return f"field {name!r}: {why}"
+    m = _SURROGATE.search(json.dumps(doc.get(GOLD_CALLS), ensure_ascii=False))
+    if m is None:
+        return None
+    return f"field {GOLD_CALLS!r}: lone surrogate U+{ord(m.group()):04X} (not valid Unicode text)"
+
+
 def _normalise(row: dict, cfg: CorpusConfig, fallback_id: str, where: str, rejected: list, seen: set) -> dict | None:
     text = row.get(cfg.text_field)
     if not isinstance(text, str):
         reason = (f"missing text field {cfg.text_field!r}" if text is None
                   else f"field {cfg.text_field!r} is not a string")
-        rejected.append({"source": where, "reason": reason, "raw": str(row)[:500]})
+        rejected.append({"source": where, "reason": reason, "raw": _raw(row)})
         return None
     if not text.strip():
-        rejected.append({"source": where, "reason": "empty text", "raw": str(row)[:500]})
+        rejected.append({"source": where, "reason": "empty text", "raw": _raw(row)})
         return None
     doc_id = row.get(cfg.id_field)
     doc_id = fallback_id if doc_id is None else str(doc_id)
-    if doc_id in seen:
-        rejected.append({"source": where, "reason": f"duplicate id {doc_id!r}", "raw": str(row)[:500]})
-        return None
-    seen.add(doc_id)
     date = row.get(cfg.date_field)
     doc = {"doc_id": doc_id, "text": text, "date": str(date) if date not in (None, "") else None}
     if row.get(GOLD_CALLS) is not None:
         doc[GOLD_CALLS] = row[GOLD_CALLS]
+    why = _not_text(doc, cfg)
+    if why is not None:
+        rejected.append({"source": where, "reason": why, "raw": _raw(row)})
+        return None
+    if doc_id in seen:
+        rejected.append({"source": where, "reason": f"duplicate id {doc_id!r}", "raw": _raw(row)})
+        return None
+    seen.add(doc_id)
     return doc
+
+
+def _decoded(raw: bytes, where: str, rejected: list) -> str | None:
+    """The line ``raw`` as text; None, and a rejection naming ``where``, when it is not UTF-8."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        rejected.append({"source": where, "reason": f"not UTF-8 ({e.reason} at byte {e.start})",
+                         "raw": raw[:200].decode("utf-8", "replace")})
+        return None
 
 
 def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejected: list,
@@ -136,11 +200,8 @@ def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejecte
         with _open(file, compression) as f:
             for n, raw in _lines(f, file):
                 where = f"{file}:{n}"
-                try:
-                    line = raw.decode("utf-8")
-                except UnicodeDecodeError as e:
-                    rejected.append({"source": where, "reason": f"not UTF-8 ({e.reason} at byte {e.start})",
-                                     "raw": raw[:200].decode("utf-8", "replace")})
+                line = _decoded(raw, where, rejected)
+                if line is None:
                     continue
                 if not line.strip():
                     continue  # blank lines are not records
@@ -155,6 +216,26 @@ def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejecte
                 doc = _normalise(row, cfg, f"{base}-{n}", where, rejected, seen)
                 if doc is not None:
                     yield doc
+
+
+def _read_text(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejected: list,
+               seen: set) -> Iterator[dict]:
+    """The documents of ``.txt`` files, one a line (``\\n``, ``\\r\\n`` or ``\\r`` ends it), with ids 0, 1, ...
+    across the files as ``datasets`` numbers its rows; a line that is not UTF-8 is rejected alone."""
+    n = 0
+    for file, compression in files:
+        with _open(file, compression) as f:
+            for lineno, raw in _lines(f, file):
+                where = f"{file}:{lineno}"
+                line = _decoded(raw, where, rejected)
+                if line is None:
+                    n += 1
+                    continue
+                for text in line.removesuffix("\n").removesuffix("\r").split("\r"):
+                    doc = _normalise({cfg.text_field: text}, cfg, str(n), where, rejected, seen)
+                    n += 1
+                    if doc is not None:
+                        yield doc
 
 
 def _lines(f, file: Path):
@@ -206,6 +287,7 @@ def _documents(cfg: CorpusConfig, rejected: list[dict]) -> Iterator[dict]:
         require("corpus.path", cfg.path, "dataset")  # a missing local path, or a hub id that does not answer
     path = Path(cfg.path)
     seen: set[str] = set()
+    fmt: str | None = None  # the format of local files read through `datasets`
     if cfg.format == "hub" or (cfg.format == "auto" and not path.exists()):
         import datasets
 
@@ -216,16 +298,57 @@ def _documents(cfg: CorpusConfig, rejected: list[dict]) -> Iterator[dict]:
         fmt, files = _files(cfg, path)
         if fmt == "json" and all(_suffix(f) != ".json" for f, _ in files):
             return _read_jsonl(files, cfg, rejected, seen)  # JSON Lines are always read line by line
+        if fmt == "text":
+            return _read_text(files, cfg, rejected, seen)
         import datasets
 
-        ds = datasets.load_dataset(fmt, data_files=[str(f) for f, _ in files], split="train",
-                                   streaming=cfg.streaming)
+        with _unreadable(cfg.path, fmt):
+            ds = datasets.load_dataset(fmt, data_files=[str(f) for f, _ in files], split="train",
+                                       streaming=cfg.streaming)
     columns = ds.column_names or []  # a stream of unknown columns is checked on its first row
     if columns and cfg.text_field not in columns:
         raise ValueError(f"{cfg.path}: no column {cfg.text_field!r} (columns: {', '.join(columns)}); "
                          "set corpus.text_field")
-    return (doc for n, row in enumerate(ds)
-            if (doc := _normalise(row, cfg, str(n), f"{cfg.path}[{n}]", rejected, seen)) is not None)
+    return _rows(ds, cfg, rejected, seen, fmt)
+
+
+def _rows(ds, cfg: CorpusConfig, rejected: list, seen: set, fmt: str | None = None) -> Iterator[dict]:
+    """The documents of a ``datasets`` data set (of local ``fmt`` files: an error reading one names them)."""
+    rows = enumerate(ds)
+    while True:
+        with _unreadable(cfg.path, fmt):  # a stream reads its files as it is iterated
+            item = next(rows, None)
+        if item is None:
+            return
+        n, row = item
+        doc = _normalise(row, cfg, str(n), f"{cfg.path}[{n}]", rejected, seen)
+        if doc is not None:
+            yield doc
+
+
+@contextmanager
+def _unreadable(path: str, fmt: str | None) -> Iterator[None]:
+    """A ``datasets`` error building a data set of local ``fmt`` files (not UTF-8, malformed) as a ValueError
+    naming ``path`` and its cause; with ``fmt`` None, errors pass as they are."""
+    import datasets
+
+    try:
+        yield
+    except datasets.exceptions.DatasetGenerationError as e:
+        if fmt is None:
+            raise
+        causes: list[BaseException] = []
+        cause = e.__cause__ or e.__context__
+        while cause is not None and len(causes) < 10:
+            causes.append(cause)
+            cause = cause.__cause__ or cause.__context__
+        text = next((c for c in causes if isinstance(c, UnicodeDecodeError)), None)
+        if text is not None:
+            why = f"not UTF-8 (byte 0x{text.object[text.start]:02x}: {text.reason})"  # where: in a field of it
+        else:
+            why = f"{type(causes[0]).__name__}: {causes[0]}" if causes else str(e)
+        raise ValueError(f"{path}: cannot be read as {fmt} ({why}); a {fmt} file is read whole: fix it, or make it "
+                         "JSON Lines (.jsonl), where a bad line is rejected alone") from None
 
 
 def split_windows(docs: Iterable[dict], tokenizer, max_tokens: int) -> list[dict]:
@@ -243,9 +366,49 @@ def split_windows(docs: Iterable[dict], tokenizer, max_tokens: int) -> list[dict
             chunk = offsets[start : start + max_tokens]
             a = chunk[0][0] if k else 0
             b = offsets[start + max_tokens][0] if start + max_tokens < len(offsets) else len(doc["text"])
-            window = {"doc_id": f"{doc['doc_id']}#w{k}", "text": doc["text"][a:b], "date": doc["date"]}
-            if GOLD_CALLS in doc:
-                window[GOLD_CALLS] = [g | {"char_start": g["char_start"] - a} for g in doc[GOLD_CALLS]
-                                      if a <= g["char_start"] < b]
-            out.append(window)
+            out.append(_part(doc, f"{doc['doc_id']}#w{k}", a, b))
     return out
+
+
+PIECE = "piece"  # a piece's number k in its document (:func:`pieces`); never written out
+
+
+def pieces(doc: dict, max_chars: int) -> Iterator[dict]:
+    """``doc`` itself when it has at most ``max_chars`` characters (or ``max_chars`` is 0), else its consecutive
+    pieces ``<id>#p<k>`` of at most ``max_chars`` characters, each cut before the last whitespace of its second
+    half when there is one; each keeps the date and the gold calls that start in it."""
+    text = doc["text"]
+    if not max_chars or len(text) <= max_chars:
+        yield doc
+        return
+    start, k = 0, 0
+    while start < len(text):
+        end = len(text)
+        if end - start > max_chars:
+            end = start + max_chars
+            end = next((i for i in range(end, start + max_chars // 2, -1) if text[i].isspace()), end)
+        yield _part(doc, f"{doc['doc_id']}#p{k}", start, end) | {PIECE: k}
+        start, k = end, k + 1
+
+
+def _part(doc: dict, doc_id: str, a: int, b: int) -> dict:
+    """The characters ``a:b`` of ``doc`` as a document ``doc_id``: its date, and its gold calls that start there."""
+    part = {"doc_id": doc_id, "text": doc["text"][a:b], "date": doc["date"]}
+    if GOLD_CALLS in doc:
+        part[GOLD_CALLS] = [g | {"char_start": g["char_start"] - a} for g in doc[GOLD_CALLS]
+                            if a <= g["char_start"] < b]
+    return part
+
+
+def shard_groups(docs: Iterable[dict], size: int) -> Iterator[list[dict]]:
+    """``docs`` in groups of ``size`` (the sample stage's shards), a piece of a long document (:func:`pieces`)
+    ending its group, so a shard holds at most one piece however many pieces a document has. Without pieces,
+    the groups of :func:`toolformer.run.folder.chunked`."""
+    group: list[dict] = []
+    for doc in docs:
+        group.append(doc)
+        if len(group) == size or PIECE in doc:
+            yield group
+            group = []
+    if group:
+        yield group

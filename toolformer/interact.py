@@ -11,6 +11,9 @@ with neither, from stdin when it is not a terminal. It prints each
 continuation (``--json``: one object a line, with the ``setup`` used) and
 the calls on stderr. An argument that reads as a setting
 (``tools.knowledge=FILE``) is refused as a prompt: it belongs after ``--set``.
+So is text that is not UTF-8 (a byte such as 0xff, a lone surrogate such as
+the JSON escape ``"\\ud800"``): an error naming where it is, never replaced;
+``chat`` says so and reads the next line.
 
 ``chat`` is a prompt loop (rich): each call is shown as it is made (tool,
 input, result or error) after the text before it, then the text after it.
@@ -29,6 +32,7 @@ from typing import cast
 
 from toolformer.api import ToolformerModel
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus import invalid_text
 from toolformer.lm.generate import Generation
 from toolformer.lm.modelfolder import setup_line
 from toolformer.lm.modeling import model_window, set_threads
@@ -46,17 +50,41 @@ def looks_like_setting(arg: str) -> bool:
     return bool(eq) and " " not in key and key.split(".")[0] in SECTIONS
 
 
+def _text(what: str, value: str, escaped: bool = True) -> str:
+    """``value`` when it is valid Unicode text, else ValueError naming ``what``: a byte that is not UTF-8
+    (stdin and the arguments arrive with such bytes as lone surrogates) or a lone surrogate (a JSON escape)."""
+    why = invalid_text(value, escaped)
+    if why is not None:
+        raise ValueError(f"{what}: {why}; prompts must be UTF-8 text")
+    return value
+
+
+def _read_utf8(path: str) -> str:
+    """The text of the prompt file ``path``; bytes that are not UTF-8 are an error naming the file and line."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        column = e.start - (data.rfind(b"\n", 0, e.start) + 1)
+        raise ValueError(f"{path}:{line}: not UTF-8 ({e.reason}: byte 0x{data[e.start]:02x} at byte {column} of "
+                         "the line); prompts must be UTF-8 text") from None
+
+
 def read_prompt_file(path: str, stdin=None) -> tuple[list[str], list[str | None]]:
     """(prompts, dates) of a file (``-``: stdin): JSON Lines objects with a
     string ``prompt`` (and ``date``) when the first line is an object, else one
-    prompt a line; blank lines are skipped."""
+    prompt a line; blank lines are skipped. Text that is not UTF-8, or a lone
+    surrogate (``"\\ud800"`` in JSON), is an error naming the file and line."""
     if path == "-":
         text, where = (stdin or sys.stdin).read(), "<stdin>"
     else:
         if not Path(path).is_file():
             raise FileNotFoundError(f"{path}: prompt file not found (--file)")
-        text, where = Path(path).read_text(encoding="utf-8"), path
+        text, where = _read_utf8(path), path
     lines = [line.removesuffix("\r") for line in text.split("\n")]  # JSON Lines end at a newline only
+    for n, line in enumerate(lines, 1):
+        _text(f"{where}:{n}", line)
     first = next((line for line in lines if line.strip()), "")
     prompts: list[str] = []
     dates: list[str | None] = []
@@ -68,8 +96,8 @@ def read_prompt_file(path: str, stdin=None) -> tuple[list[str], list[str | None]
             raise ValueError(f"{where}:{n}: expected an object with a string `prompt`")
         if not isinstance(rec.get("date"), (str, type(None))):
             raise ValueError(f"{where}:{n}: `date` must be a string YYYY-MM-DD")
-        prompts.append(rec["prompt"])
-        dates.append(rec.get("date"))
+        prompts.append(_text(f"{where}:{n}: `prompt`", rec["prompt"], escaped=False))
+        dates.append(rec.get("date") and _text(f"{where}:{n}: `date`", rec["date"], escaped=False))
     return prompts, dates
 
 
@@ -81,7 +109,7 @@ def collect_prompts(args, stdin=None) -> tuple[list[str], list[str | None]]:
             raise ValueError(f"prompt {arg!r} reads as a setting: put settings after --set (or --), e.g. "
                              f"`toolformer generate --model DIR \"prompt\" --set {arg}`; a prompt that must read "
                              "like this comes from --file or stdin")
-    prompts: list[str] = list(args.prompts)
+    prompts: list[str] = [_text(f"prompt {n} (argument)", p) for n, p in enumerate(args.prompts, 1)]
     dates: list[str | None] = [None] * len(prompts)
     if args.file:
         more, more_dates = read_prompt_file(args.file, stdin)
@@ -104,7 +132,7 @@ def load(args, command: str, warn) -> ToolformerModel:
     """The model folder of ``--model`` with ``--config`` and the settings after ``--set``."""
     tools = [] if args.disabled and command == "generate" else None  # chat may turn calls on again
     tf = ToolformerModel.from_pretrained(args.model, config=args.config, overrides=args.overrides, tools=tools,
-                                         warn=warn)
+                                         warn=warn, trust_folder_tools=args.trust_folder_tools)
     set_threads(tf.config.model.threads)
     return tf
 
@@ -226,6 +254,10 @@ def chat_loop(tf: ToolformerModel, console, opts: dict) -> int:
         except (EOFError, KeyboardInterrupt, stops.Stopped):
             console.print()
             return 0
+        why = invalid_text(line, escaped=True)
+        if why is not None:  # nothing of it is shown or sent to the model
+            console.print(Text(f"that line was not read: {why}; type it again", style="yellow"))
+            continue
         if not sys.stdin.isatty():
             console.print(line)  # a transcript of piped input shows what was asked
         line = line.strip()

@@ -4,10 +4,12 @@ server over stdio, with the official ``mcp`` SDK.
 ``tools/list`` gives each tool's name, description, JSON Schema
 (``inputSchema``) and ``readOnlyHint``, the same as ``toolformer tools list
 --format mcp``. ``tools/call`` runs the call through the project's sandbox
-(schema check, timeout, result cap, marker stripping, cache): a result is one
-text content; an error is ``isError`` with ``{code, message, hint}`` as
-structured content. Calendar answers with today's date (a server has no
-document date).
+(:meth:`~toolformer.tools.sandbox.Sandbox.call`: the arguments checked against
+the tool's ``inputSchema``, then the limits of every call: ``tools.max_input_chars``,
+timeout, result cap, marker stripping, cache): a result is one text content;
+a refusal or error is ``isError`` with ``{code, message, hint}`` as structured
+content (``invalid_arguments`` for arguments the schema refuses). Calendar
+answers with today's date (a server has no document date).
 """
 
 from __future__ import annotations
@@ -41,9 +43,8 @@ def serve(cfg: PipelineConfig) -> int:
                                             for t in listed])
 
     async def call_tool(ctx, params) -> types.CallToolResult:
-        arguments = params.arguments or {}
-        tool_input = tools[params.name].input_text(arguments) if params.name in tools else ""
-        outcome = await anyio.to_thread.run_sync(sandbox.run, params.name, tool_input, dt.date.today().isoformat())
+        arguments = {} if params.arguments is None else params.arguments
+        outcome = await anyio.to_thread.run_sync(sandbox.call, params.name, arguments, dt.date.today().isoformat())
         if outcome.ok:
             return types.CallToolResult(content=[types.TextContent(text=outcome.result)])
         return types.CallToolResult(content=[types.TextContent(text=json.dumps(outcome.error))], isError=True,

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from toolformer.config.load import above, at_least, between
+
 # The tools and the small world have modules of their own; their sections are imported here so that the
 # whole config reads from one place.
 from toolformer.config.tools import McpServerConfig, ToolsConfig
@@ -45,6 +47,7 @@ class ModelConfig:
     def validate(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"dtype: {self.dtype!r} is not one of auto, float32, bfloat16, float16")
+        at_least(self, 0, "max_length", "threads")
 
 
 @dataclass
@@ -80,9 +83,15 @@ class CorpusConfig:
     """Read at most this many documents; 0 = all."""
     window_tokens: int = 0
     """Split longer documents into windows of this many tokens; 0 = fit the model window (and prompt when sampling)."""
+    max_doc_chars: int = 100_000
+    """Cut a longer document into pieces of at most this many characters (`<id>#p<k>`, then windows), each ending
+    its shard, so that one huge document (a 5 MB line) cannot hold a shard for hours or fill memory; 0 = never."""
     streaming: bool = False
     """Read a hub or file data set as a stream (`datasets` streaming) instead of preparing it first; JSON Lines
-    are always read line by line. No stage holds the whole corpus either way."""
+    and .txt are always read line by line. No stage holds the whole corpus either way."""
+
+    def validate(self) -> None:
+        at_least(self, 0, "max_docs", "window_tokens", "max_doc_chars")
 
 
 @dataclass
@@ -93,6 +102,10 @@ class ToolSampleOverride:
     """Per-tool k; null = the stage default."""
     num_calls: int | None = None
     """Per-tool m; null = the stage default."""
+
+    def validate(self) -> None:
+        between(self, 0.0, 1.0, "tau_sample")
+        at_least(self, 1, "top_k", "num_calls")
 
 
 @dataclass
@@ -136,6 +149,9 @@ class SampleConfig:
     def validate(self) -> None:
         if self.prompt not in SAMPLE_PROMPTS:
             raise ValueError(f"prompt: {self.prompt!r} is not one of {', '.join(SAMPLE_PROMPTS)}")
+        between(self, 0.0, 1.0, "tau_sample")
+        at_least(self, 1, "top_k", "num_calls", "max_new_tokens", "batch_tokens", "max_rule_candidates")
+        at_least(self, 0.0, "temperature")
 
 
 SAMPLE_PROMPTS = ("few-shot", "none")
@@ -175,6 +191,9 @@ class FilterConfig:
     share_prefixes: bool = False
     """Also run the prefix common to e(c, ε) and e(c, r) (BOS + call up to the arrow) once and continue both rows
     from its key/value cache (same losses, tested): 11 % fewer tokens on the demo, but no faster on 2 CPU cores."""
+
+    def validate(self) -> None:
+        at_least(self, 1, "horizon", "batch_tokens")
 
 
 @dataclass
@@ -280,6 +299,12 @@ class FinetuneConfig:
 
     def validate(self) -> None:
         check_training_choices(self.schedule, self.dtype, self.save_dtype)
+        above(self, 0.0, "learning_rate")
+        between(self, 0.0, 1.0, "warmup_ratio")
+        at_least(self, 0.0, "weight_decay", "grad_clip")
+        at_least(self, 1, "batch_size", "micro_batch_size", "max_steps", "max_length", "keep_checkpoints",
+                 "log_every")
+        at_least(self, 0, "eval_every", "save_every")
         if not 0.0 <= self.dev_ratio < 1.0:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
         if self.tool_data_max_mb < 0:
@@ -342,8 +367,7 @@ class TaskConfig:
             raise ValueError(f"format: {self.format!r} is not auto or one of {sorted(FORMATS)}")
         if "{question}" not in self.prompt:
             raise ValueError("prompt: the template must contain {question}")
-        if self.max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens: {self.max_new_tokens} is negative")
+        at_least(self, 0, "max_words", "decimals", "max_items", "max_new_tokens")
 
 
 @dataclass
@@ -390,10 +414,16 @@ class EvaluateConfig:
     tools_from: str = "model"
     """Tools, their data and the call style of a model folder's rows: model (what its toolformer.json records; this
     config's `tools` and `calls` for a folder without one) or config (this config's, for every row)."""
+    trust_folder_tools: bool = False
+    """With tools_from model: let a model folder's toolformer.json start the MCP servers it declares, allow the
+    side effects it names and read tool data outside the folder (`--trust-folder-tools`); false = they are refused,
+    and a row that needs them fails before any work."""
 
     def validate(self) -> None:
         if self.tools_from not in ("model", "config"):
             raise ValueError(f"tools_from: {self.tools_from!r} is not one of model, config")
+        at_least(self, 0, "perplexity_max_docs", "max_calls")
+        at_least(self, 1, "top_k_trigger", "max_new_tokens", "batch_size")
         for r in self.rows:
             if r not in EVAL_ROWS:
                 raise ValueError(f"rows: unknown row {r!r} (known: {', '.join(EVAL_ROWS)})")
@@ -463,3 +493,5 @@ class PipelineConfig:
         for s in self.stages:
             if s not in STAGES:
                 raise ValueError(f"stages: unknown stage {s!r} (known: {', '.join(STAGES)})")
+        between(self, 0, 2**32 - 1, "seed")
+        at_least(self, 1, "shard_size")

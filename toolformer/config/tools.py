@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolformer.config.load import above, at_least
+
 
 def _call_name(name: str) -> bool:
     """A name a call can write (`toolformer.tools.calls.CALL_NAME`)."""
@@ -73,9 +75,8 @@ class McpServerConfig:
             if not _call_name(self.call_name(tool)):
                 raise ValueError(f"allow: {tool!r} gives the call name {self.call_name(tool)!r}, which a call cannot "
                                  "write (letters, digits, `_` and dots): give it an alias")
-        for what in ("startup_timeout_s", "max_result_chars"):
-            if getattr(self, what) <= 0:
-                raise ValueError(f"{what}: must be positive, got {getattr(self, what)}")
+        above(self, 0, "startup_timeout_s", "max_result_chars")
+        at_least(self, 0, "abandon_after_timeouts")
 
     def call_name(self, tool: str) -> str:
         """The pipeline name of the server's tool ``tool``: its alias or `<name>.<tool>`."""
@@ -90,7 +91,8 @@ class ToolsConfig:
     collection: str = "data/collection.jsonl"
     """JSONL documents (`id`, `title`, `text`) that WikiSearch searches."""
     knowledge: str = "data/knowledge.jsonl"
-    """JSONL facts (`subject`, `relation`, `object`, `question`) that QA answers from."""
+    """JSONL facts (`subject`, `relation`, `object`, `question`) that QA answers from. QA and WikiSearch read a
+    regular file of at most 1 GiB (`tools.wikisearch.MAX_DATA_BYTES`); anything else is refused naming it."""
     mt_model: str = ""
     """Folder of a seq2seq translation model (NLLB in the paper); empty = MT unavailable."""
     mt_target_lang: str = "eng_Latn"
@@ -118,6 +120,11 @@ class ToolsConfig:
     def validate(self) -> None:
         from toolformer.tools import REGISTRY
 
+        above(self, 0.0, "timeout_s")
+        at_least(self, 1, "search_top_k", "snippet_chars", "max_input_chars", "max_result_chars", "concurrency")
+        for tool, n in self.per_tool_concurrency.items():
+            if n < 1:
+                raise ValueError(f"per_tool_concurrency.{tool}: must be at least 1, got {n}")
         seen: dict[str, str] = {}
         for i, server in enumerate(self.mcp_servers):
             if server.name in {s.name for s in self.mcp_servers[:i]}:

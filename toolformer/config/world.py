@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from toolformer.config.load import above, at_least, between
+
 
 @dataclass
 class WorldConfig:
@@ -119,12 +121,11 @@ class WorldConfig:
     operation on two numbers, then a second on its result and a third number; 0 = no such file."""
 
     def validate(self) -> None:
-        for name in ("pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share", "problem_share",
-                     "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share", "dated_share",
-                     "induction_share", "copycall_share", "cuecall_share", "cue_number_first", "rewrite_share",
-                     "rewrite_math_share", "noise_share", "separator_share", "heldout_vocabulary"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name}: {getattr(self, name)} is not between 0 and 1")
+        between(self, 0, 2**32 - 1, "seed")
+        between(self, 0.0, 1.0, "pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share",
+                "problem_share", "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share",
+                "dated_share", "induction_share", "copycall_share", "cuecall_share", "cue_number_first",
+                "rewrite_share", "rewrite_math_share", "noise_share", "separator_share", "heldout_vocabulary")
         if not 1 <= self.heldout_forms_per_op <= 6:
             raise ValueError(f"heldout_forms_per_op: {self.heldout_forms_per_op} is not between 1 and 6 (of 12)")
         if not 1 <= self.heldout_questions <= 4:
@@ -137,8 +138,10 @@ class WorldConfig:
             raise ValueError("copy_share + induction_share + copycall_share + cuecall_share exceeds 1")
         if self.math_share + self.quiz_share + self.dated_share > 1.0:
             raise ValueError("math_share + quiz_share + dated_share exceeds 1")
-        if self.towns < 2 or self.rivers < 1 or self.ranges < 1 or not 1 <= self.seas <= 6 or self.people < 1:
-            raise ValueError("needs at least 2 towns, 1 river, 1 range, 1-6 seas and 1 person")
+        at_least(self, 2, "towns")
+        at_least(self, 1, "rivers", "ranges", "people", "pretrain_docs", "corpus_docs")
+        between(self, 1, 6, "seas")
+        at_least(self, 0, "events", "heldout_docs", "eval_math", "eval_qa")
         if self.events > self.towns:
             raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
         for name in ("twostep_docs", "noisy_docs", "problem_docs", "eval_twostep"):
@@ -208,6 +211,13 @@ class PretrainConfig:
     def validate(self) -> None:
         if self.arch not in ("gpt2", "llama"):
             raise ValueError(f"arch: {self.arch!r} is not one of gpt2, llama")
+        at_least(self, 1, "vocab_size", "hidden", "layers", "heads", "positions", "batch_size", "max_steps",
+                 "eval_every")
+        at_least(self, 2, "seq_len")
+        at_least(self, 0, "dev_docs", "threads", "probe_items")
+        above(self, 0.0, "learning_rate")
+        between(self, 0.0, 1.0, "warmup_ratio")
+        at_least(self, 0.0, "weight_decay")
         if self.hidden % self.heads:
             raise ValueError(f"hidden: {self.hidden} is not a multiple of heads ({self.heads})")
         if self.packing not in ("stream", "whole"):
@@ -241,8 +251,8 @@ class DemoConfig:
     filter; row toolformer_round2) and/or `round1` (the round-1 model; row toolformer_round2_judged_by_round1)."""
 
     def validate(self) -> None:
-        if self.max_calls_row < 0 or self.twostep_max_new_tokens < 1:
-            raise ValueError("max_calls_row must be 0 or more and twostep_max_new_tokens at least 1")
+        at_least(self, 0, "max_calls_row")
+        at_least(self, 1, "twostep_max_new_tokens")
         if self.rounds not in (1, 2):
             raise ValueError(f"rounds: {self.rounds} is not 1 or 2")
         bad = [f for f in self.round2_filters if f not in ("base", "round1")]

@@ -37,6 +37,8 @@ import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
+from toolformer.lm.foldertrust import OUTSIDE, TRUST_FLAG, FolderTrust, escape, tool_data
+
 SPEC_FILE = "toolformer.json"
 FORMAT = 1
 DATA_DIR = "tools"
@@ -194,47 +196,75 @@ def read_spec(folder: str | Path) -> dict | None:
     return spec
 
 
-def folder_settings(spec: dict, folder: str | Path) -> dict:
-    """Config sections of a folder's record: ``calls``, ``tools`` (data paths
-    made absolute: relative ones lie inside the folder) and the decoding fields
-    of ``evaluate``. Checked here, so that an error names the file."""
+def screen(spec: dict, folder: str | Path, trust: bool = False) -> tuple[dict, FolderTrust]:
+    """(config sections of a folder's record, what it asks for beyond its own files): ``calls``, ``tools``
+    (data paths made absolute: relative ones lie inside the folder) and the decoding fields of ``evaluate``.
+    Untrusted, the folder's MCP servers and ``allow_side_effects`` are left out. Checked here, so that an
+    error names the file."""
     from toolformer.config.load import from_dict
     from toolformer.config.schema import CallsConfig, ToolsConfig
-    from toolformer.run.inputs import TOOL_DATA
     from toolformer.tools.calls import get_style
 
     folder = Path(folder)
     where = str(folder / SPEC_FILE)
-    tools = {"enabled": spec["tools"].get("enabled", []), **spec["tools"].get("settings", {})}
-    for key, _kind in TOOL_DATA.values():
-        if tools.get(key) and not Path(tools[key]).is_absolute():
-            tools[key] = str((folder / tools[key]).resolve())
+    settings = spec["tools"].get("settings", {})
+    if not isinstance(settings, dict):
+        raise ValueError(f"{where}: tools.settings: expected an object")
+    tools = {"enabled": spec["tools"].get("enabled", []), **settings}
+    servers = tools.get("mcp_servers") or []
+    trust_info = FolderTrust(where, trust, [s for s in servers if isinstance(s, dict)] if isinstance(servers, list)
+                             else [], tools.get("allow_side_effects") or False)
+    for key, _kind in tool_data().values():
+        value = tools.get(key)
+        if not value or not isinstance(value, str):
+            continue
+        why = escape(folder, value)
+        tools[key] = str(Path(value).expanduser().resolve()) if Path(value).is_absolute() or why \
+            else str((folder / value).resolve())
+        if why:
+            trust_info.outside[key] = (tools[key], why)
+            if not trust:  # marked until FolderTrust.enforce: refused if still the folder's when its tool is used
+                tools[key] = OUTSIDE + tools[key]
+    from_dict(ToolsConfig, tools, where, "tools.")  # the record as written is checked, trusted or not
+    if not trust:
+        tools.pop("mcp_servers", None)
+        tools.pop("allow_side_effects", None)
     calls = {k: spec["calls"][k] for k in ("style", "separator") if k in spec["calls"]}
     decoding = {k: spec["decoding"][k] for k in DECODING if k in spec["decoding"]}
-    from_dict(ToolsConfig, tools, where, "tools.")
     style = get_style(from_dict(CallsConfig, calls, where, "calls.").style)
     recorded = tuple(spec["calls"].get(k, getattr(style, k)) for k in ("start", "end", "arrow"))
     if recorded != (style.start, style.end, style.arrow):
         raise ValueError(f"{where}: calls: markers {recorded} are not those of the style {style.name!r} in this "
                          f"version ({style.start!r}, {style.end!r}, {style.arrow!r})")
-    return {"calls": calls, "tools": tools, "evaluate": decoding}
+    return {"calls": calls, "tools": tools, "evaluate": decoding}, trust_info
 
 
-def with_folder_tools(cfg, folder: str | Path):
+def folder_settings(spec: dict, folder: str | Path, trust: bool = False) -> dict:
+    """The config sections of a folder's record (:func:`screen`)."""
+    return screen(spec, folder, trust)[0]
+
+
+def with_folder_tools(cfg, folder: str | Path, trust: bool = False):
     """(``cfg`` with the tools and the call style a model folder records, its
-    record); ``cfg`` itself and None for a folder without ``toolformer.json``."""
+    record, what the folder asks for beyond its files); ``cfg`` itself, None
+    and None for a folder without ``toolformer.json``. Refusals are for
+    :meth:`FolderTrust.enforce` once the enabled tools are known."""
     from toolformer.config.load import from_dict, merge
     from toolformer.config.schema import CallsConfig, ToolsConfig
 
     spec = read_spec(folder)
     if spec is None:
-        return cfg, None
-    base = folder_settings(spec, folder)
+        return cfg, None, None
+    base, trust_info = screen(spec, folder, trust)
     out = copy.deepcopy(cfg)
     where = str(Path(folder) / SPEC_FILE)
+    own = {key: getattr(cfg.tools, key) for key in trust_info.outside}
     out.tools = from_dict(ToolsConfig, merge(asdict(cfg.tools), base["tools"]), where, "tools.")
     out.calls = from_dict(CallsConfig, merge(asdict(cfg.calls), base["calls"]), where, "calls.")
-    return out, spec
+    for key, value in own.items():  # a path outside the folder that the user's own config names is theirs
+        if value and str(Path(value).expanduser().resolve()) == trust_info.outside[key][0]:
+            setattr(out.tools, key, trust_info.outside.pop(key)[0])
+    return out, spec, trust_info
 
 
 def check_tool_data(tools_cfg, folder: str | Path, spec: dict | None) -> list[str]:
@@ -247,7 +277,7 @@ def check_tool_data(tools_cfg, folder: str | Path, spec: dict | None) -> list[st
         path = getattr(tools_cfg, key)
         if not path:
             continue
-        ours = spec is not None and recorded.get(key) == path
+        ours = spec is not None and str(recorded.get(key, "")).removeprefix(OUTSIDE) == path
         where = f"recorded in {Path(folder) / SPEC_FILE}" if ours else "set by the config, --set or the defaults"
         if not Path(path).expanduser().exists():
             raise FileNotFoundError(f"{path}: the data of tool {tool} (tools.{key}, {where}) does not exist")
@@ -258,27 +288,32 @@ def check_tool_data(tools_cfg, folder: str | Path, spec: dict | None) -> list[st
     return notes
 
 
-def tool_setup(cfg, folder: str | Path, spec: dict | None, disabled: bool = False) -> dict:
+def tool_setup(cfg, folder: str | Path, spec: dict | None, disabled: bool = False,
+               trust: FolderTrust | None = None) -> dict:
     """Which tools, data, call style and decoding a model folder is used with,
-    and the keys set otherwise than its record: for the output of ``generate``,
-    ``chat`` and ``evaluate``."""
+    the keys set otherwise than its record, and what of its record was refused
+    (``trust``): for the output of ``generate``, ``chat`` and ``evaluate``."""
     from toolformer.config.schema import ToolsConfig
 
-    recorded = folder_settings(spec, folder) if spec else {"tools": {}, "calls": {}}
+    trusted = trust is not None and trust.trusted
+    recorded = folder_settings(spec, folder, trusted) if spec else {"tools": {}, "calls": {}}
     data = {}
     for tool, key, _kind in data_keys(cfg.tools.enabled):
         path = getattr(cfg.tools, key)
         rec = spec["tools"].get("data", {}).get(key, {}) if spec else {}
-        if spec and path and recorded["tools"].get(key) == path:
+        if spec and path and str(recorded["tools"].get(key, "")).removeprefix(OUTSIDE) == path:
             origin = "copied into the model folder" if rec.get("copied") else "recorded by the model folder"
         else:
             origin = "default" if path == getattr(ToolsConfig(), key) else "set by the config"
         data[tool] = {"key": f"tools.{key}", "path": str(Path(path).resolve()) if path else "", "origin": origin}
     overridden = [f"{section}.{k}" for section, sub in (("tools", cfg.tools), ("calls", cfg.calls))
-                  for k, v in recorded[section].items() if k in {f.name for f in fields(sub)} and getattr(sub, k) != v]
+                  for k, v in recorded[section].items() if k in {f.name for f in fields(sub)}
+                  and getattr(sub, k) != (v.removeprefix(OUTSIDE) if isinstance(v, str) else v)
+                  and not (trust and k in trust.outside)]
     return {"model": str(folder), "description": str(Path(folder) / SPEC_FILE) if spec else None,
             "enabled": [] if disabled else list(cfg.tools.enabled), "disabled": disabled, "call_style": cfg.calls.style,
-            "data": {} if disabled else data, "overridden": overridden}
+            "data": {} if disabled else data, "overridden": overridden,
+            "trusted": trusted, "refused": trust.refused() if trust else []}
 
 
 def setup_line(setup: dict) -> str:
@@ -290,6 +325,10 @@ def setup_line(setup: dict) -> str:
             + (f" (overridden: {', '.join(setup['overridden'])})" if setup["overridden"] else ""))
     for tool, d in setup["data"].items():
         line += f"; {tool} data {d['path'] or '(none)'} ({d['origin']})"
+    if setup.get("refused"):
+        line += f"; refused from the folder: {', '.join(setup['refused'])} (pass {TRUST_FLAG} to use them)"
+    elif setup.get("trusted"):
+        line += f"; folder trusted ({TRUST_FLAG})"
     return line + f"; call style {setup['call_style']}"
 
 

@@ -7,7 +7,8 @@ Layout of one stage's output, ``RUN_DIR/<stage>/``::
     shard-00001.jsonl     records of work group 1
     part-00000.*          what a shard's work left beside it (sample: its documents and counts)
     rejected.jsonl        bad inputs, with the reason (if any)
-    manifest.json         counts, config hash, seed, versions: written last
+    manifest.json         counts, config hash, seed, versions, and per file of records
+                          (shards, documents.jsonl) its record count and sha256: written last
 
 A shard is written to a temporary name and renamed, so a shard that exists is
 complete (its parts are written before it); a write that fails (a full disk)
@@ -16,12 +17,16 @@ whose shards it finds (same config hash) and continues; the manifest's
 existence means the stage finished. Under ``accelerate launch`` shard ``g``
 is the work of rank ``g mod N`` (:mod:`toolformer.run.parallel`). A changed
 config or ``--force`` deletes only the files above (and temporary ones),
-never anything else in the folder.
+never anything else in the folder. A stage that reads a finished stage
+checks its files against its manifest first (:meth:`Stage.require`): a file
+missing, cut short or changed, a manifest or index that cannot be read, is an
+:class:`IntegrityError` naming the file and the command that rebuilds it.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 import platform
@@ -38,6 +43,14 @@ from toolformer.run.parallel import Ranks, ranks
 MANIFEST = "manifest.json"
 STARTED = "started.json"
 REJECTED = "rejected.jsonl"
+DOCUMENTS = "documents.jsonl"  # the sample stage's scored documents (see below)
+# The files of records a manifest checks (searched in the stage's folder and its subfolders: the chain's rounds).
+CHECKED = ("shard-*.jsonl", DOCUMENTS)
+
+
+class IntegrityError(ValueError):
+    """A file of a run folder is missing, cut short, changed since its manifest was written, or unreadable
+    (the command line exits with status 2)."""
 
 
 def disk_full(e: BaseException) -> bool:
@@ -92,8 +105,17 @@ def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) for every non-blank line of a JSONL file; a line
     that is not a JSON object raises ValueError naming the file and line."""
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
-        yield from jsonl_records(f, path)
+    with path.open("rb") as f:
+        yield from jsonl_records(_decoded(f, path), path)
+
+
+def _decoded(lines: Iterable[bytes], where: Path) -> Iterator[str]:
+    """``lines`` decoded as UTF-8; a line that is not raises ValueError naming the file and line."""
+    for n, line in enumerate(lines, 1):
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{where}:{n}: invalid UTF-8 (byte {e.start}: {e.reason})") from None
 
 
 def jsonl_records(lines: Iterable[str], where: str | Path) -> Iterator[tuple[int, dict]]:
@@ -144,11 +166,17 @@ def _index(path: Path) -> int:
 
 
 class Stage:
-    """One stage's output folder."""
+    """One stage's output folder; ``command`` is the ``toolformer`` command that writes it (default: ``name``)."""
 
-    def __init__(self, run_dir: str | Path, name: str):
+    def __init__(self, run_dir: str | Path, name: str, command: str | None = None):
         self.name = name
         self.dir = Path(run_dir) / name
+        self.command = command or name
+
+    @property
+    def rebuild(self) -> str:
+        """What to do about a file of this stage that fails its check."""
+        return f"rerun `toolformer {self.command} --force` (with this run's --config and overrides) to rebuild it"
 
     # -- reading -------------------------------------------------------------
     @property
@@ -156,9 +184,10 @@ class Stage:
         return self.dir / MANIFEST
 
     def manifest(self) -> dict | None:
+        """The stage's manifest (None before it finished); one that is not a JSON object raises IntegrityError."""
         if not self.manifest_path.exists():
             return None
-        return json.loads(self.manifest_path.read_text(encoding="utf-8"))
+        return read_json(self.manifest_path, self.rebuild)
 
     def is_complete(self, config_hash: str | None = None) -> bool:
         m = self.manifest()
@@ -184,10 +213,56 @@ class Stage:
                 yield rec
 
     def require(self, what: str = "") -> None:
+        """The stage has finished and its files are those its manifest lists (:meth:`verify`)."""
         if not self.is_complete():
             raise FileNotFoundError(
                 f"{self.dir}: stage {self.name!r} has not finished (no {MANIFEST}); run it first{what}"
             )
+        self.verify()
+
+    def checked_files(self) -> dict[str, Path]:
+        """The stage's files of records (:data:`CHECKED`, here and in subfolders), by path relative to its folder."""
+        found = {p.relative_to(self.dir).as_posix(): p for pattern in CHECKED for p in self.dir.rglob(pattern)
+                 if p.is_file()}
+        return dict(sorted(found.items()))
+
+    def verify(self, only: str | None = None) -> None:
+        """Check a finished stage's files of records (or the one named ``only``) against its manifest: each is
+        there with the record count and sha256 it lists, and no such file it does not list is. A manifest without
+        that list (an older toolformer's) is checked for its number of shards. A stage without a manifest (not
+        finished, or resuming) is not checked. The first file that fails raises IntegrityError naming it."""
+        m = self.manifest()
+        if m is None:
+            return
+        files = m.get("files")
+        if files is None:  # an older manifest: its shard count is all it records
+            n, have = m.get("shards"), len(self.shards())
+            if only is None and isinstance(n, int) and n != have:
+                raise IntegrityError(f"{self.dir}: {have} shard file(s), {MANIFEST} says {n}: {self.rebuild}")
+            return
+        if not isinstance(files, dict) or not all(isinstance(v, dict) for v in files.values()):
+            raise IntegrityError(f"{self.manifest_path}: 'files' is not a map of file -> records and sha256: "
+                                 f"{self.rebuild}")
+        for rel, listed in files.items():
+            if only is None or rel == only:
+                self._check_file(self.dir / rel, listed)
+        if only is None:
+            extra = [p for rel, p in self.checked_files().items() if rel not in files]
+            if extra:
+                raise IntegrityError(f"{extra[0]}: not listed in {MANIFEST} (added after the stage finished): "
+                                     f"{self.rebuild}")
+
+    def _check_file(self, path: Path, listed: dict) -> None:
+        """``path`` has the record count and sha256 its manifest entry ``listed`` gives."""
+        n = listed.get("records")
+        if not path.is_file():
+            raise IntegrityError(f"{path}: missing, {MANIFEST} says it has {n} records: {self.rebuild}")
+        got = file_digest(path)
+        if n is not None and got["records"] != n:
+            raise IntegrityError(f"{path}: {got['records']} records, {MANIFEST} says {n}: {self.rebuild}")
+        if listed.get("sha256") not in (None, got["sha256"]):
+            raise IntegrityError(f"{path}: changed since the stage wrote it (its sha256 is not the one {MANIFEST} "
+                                 f"lists): {self.rebuild}")
 
     # -- writing -------------------------------------------------------------
     def begin(self, config_hash: str, force: bool = False) -> int:
@@ -203,8 +278,9 @@ class Stage:
 
             mark(self.dir.parent)  # a run folder toolformer creates carries its marker
         if self.dir.exists():
-            same = started.exists() and json.loads(started.read_text()).get("config_hash") == config_hash
-            if force or not same:
+            same = not force and started.exists() and read_json(
+                started, f"delete it (the stage starts over), or {self.rebuild}").get("config_hash") == config_hash
+            if not same:
                 for own in [*self.shards(), *self.parts(""), self.dir / REJECTED, started]:
                     own.unlink(missing_ok=True)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -228,18 +304,46 @@ class Stage:
             path.unlink()
 
     def finish(self, config_hash: str, seed: int, counts: dict, **extra) -> dict:
+        """Write the manifest: counts, config hash, seed, versions, and the record count and sha256 of each of
+        the stage's files of records (what :meth:`verify` checks)."""
         manifest = {
             "stage": self.name,
             "config_hash": config_hash,
             "seed": seed,
             "counts": counts,
             "shards": len(self.shards()),
+            "files": {rel: file_digest(p) for rel, p in self.checked_files().items()},
             "versions": versions(),
             "finished": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             **extra,
         }
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         return manifest
+
+
+def read_json(path: Path, remedy: str) -> dict:
+    """The JSON object in ``path``; a file that is not one (cut short, garbled, not UTF-8) raises IntegrityError
+    naming it, followed by ``remedy``."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise IntegrityError(f"{path}: unreadable (invalid UTF-8 at byte {e.start}): {remedy}") from None
+    except json.JSONDecodeError as e:
+        raise IntegrityError(f"{path}: unreadable (invalid JSON: {e.msg}, line {e.lineno} column {e.colno}): "
+                             f"{remedy}") from None
+    if not isinstance(data, dict):
+        raise IntegrityError(f"{path}: unreadable (not a JSON object): {remedy}")
+    return data
+
+
+def file_digest(path: Path) -> dict:
+    """``{"records": non-blank lines, "sha256": of the bytes}`` of a file of records, read once."""
+    digest, n = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        for line in f:
+            digest.update(line)
+            n += bool(line.strip())
+    return {"records": n, "sha256": digest.hexdigest()}
 
 
 def count_records(path: Path) -> int:
@@ -266,7 +370,8 @@ def run_sharded(stage: Stage, groups: Iterable[list], process, progress=None, wi
     """Shard ``g`` = ``process(g, group) -> list[dict]`` for every group this
     rank owns whose shard is not on disk yet; returns how many it wrote.
     ``progress`` (a tqdm bar) is advanced by ``width(group)`` per group of
-    this rank, done now or before."""
+    this rank, done now or before. A stop (SIGINT, SIGTERM) while ``process``
+    runs drops that shard's work at once (:func:`toolformer.run.stops.abandonable`)."""
     rank = rank or ranks()
     done = {_index(p) for p in stage.shards()}
     mine = sum(rank.owns(g) for g in done)
@@ -276,8 +381,10 @@ def run_sharded(stage: Stage, groups: Iterable[list], process, progress=None, wi
         if not rank.owns(g):
             continue
         if g not in done:
-            with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written
-                stage.write_shard(g, process(g, group))
+            with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written,
+                with stops.abandonable():  # or at once while it is computed (its work is dropped)
+                    records = process(g, group)
+                stage.write_shard(g, records)
                 written += 1
                 stops.keep(f"{mine + written} shard(s) of {stage.name} in {stage.dir}")
                 fault_point(stage.name, written)
@@ -309,8 +416,7 @@ def fmt_pct(part: int, whole: int) -> str:
 # RUN_DIR/sample/documents.jsonl holds every document (or window of a long
 # document) the sample stage scored, once: {"doc_id", "text", "date"}, plus
 # "gold_calls" when the corpus record has them (char_start counted in the
-# stored text). Later stages refer to documents by doc_id.
-DOCUMENTS = "documents.jsonl"
+# stored text). Later stages refer to documents by doc_id (DOCUMENTS, above).
 GOLD_CALLS = "gold_calls"
 
 
@@ -362,25 +468,62 @@ def index_documents(path: Path, rows: Iterable[dict] | None = None) -> Path:
 class DocumentStore:
     """The documents of ``RUN_DIR/sample`` looked up by doc_id from
     ``documents.sqlite`` (built from ``documents.jsonl`` when a run folder of
-    an older toolformer has none), so no stage holds every document."""
+    an older toolformer has none), so no stage holds every document.
+    ``documents.jsonl`` is checked against the sample stage's manifest; an
+    index that is not a whole SQLite database raises IntegrityError naming it."""
 
     def __init__(self, run_dir: str | Path):
         self.path = Path(run_dir) / "sample" / DOCUMENTS
         if not self.path.exists():
             raise FileNotFoundError(f"{self.path}: no scored documents; run the sample stage first")
-        index = self.path.with_name(DOCUMENT_INDEX)
-        if not index.exists() or index.stat().st_mtime < self.path.stat().st_mtime:
+        Stage(run_dir, "sample").verify(DOCUMENTS)
+        self.index = self.path.with_name(DOCUMENT_INDEX)
+        if not self.index.exists() or self.index.stat().st_mtime < self.path.stat().st_mtime:
             index_documents(self.path)
-        self.db = sqlite3.connect(f"{index.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        self.remedy = (f"it is the index of {DOCUMENTS}: delete it and rerun to rebuild it (or rerun "
+                       "`toolformer sample --force`)")
+        check_sqlite(self.index, self.remedy)
+        with self._reading():
+            self.db = sqlite3.connect(f"{self.index.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+        try:
+            with self._reading():
+                self.db.execute("SELECT row FROM documents LIMIT 1").fetchall()
+        except IntegrityError:
+            self.db.close()
+            raise
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """An SQLite error (a damaged index) raised as IntegrityError naming the index."""
+        try:
+            yield
+        except (sqlite3.DatabaseError, json.JSONDecodeError) as e:
+            raise IntegrityError(f"{self.index}: unreadable ({e}): {self.remedy}") from None
 
     def __getitem__(self, doc_id: str) -> dict:
-        row = self.db.execute("SELECT row FROM documents WHERE doc_id = ?", (str(doc_id),)).fetchone()
-        if row is None:
-            raise KeyError(f"{self.path}: no document {doc_id!r}")
-        return json.loads(row[0])
+        with self._reading():
+            row = self.db.execute("SELECT row FROM documents WHERE doc_id = ?", (str(doc_id),)).fetchone()
+            if row is None:
+                raise KeyError(f"{self.path}: no document {doc_id!r}")
+            return json.loads(row[0])
 
     def close(self) -> None:
         self.db.close()
+
+
+def check_sqlite(path: Path, remedy: str) -> None:
+    """Raise IntegrityError naming ``path`` (followed by ``remedy``) unless it starts with an SQLite header and
+    is as long as that header says (a file cut short fails here, before any query)."""
+    with open(path, "rb") as f:
+        head = f.read(100)
+    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
+        raise IntegrityError(f"{path}: not an SQLite database (cut short or overwritten): {remedy}")
+    page_size = int.from_bytes(head[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(head[28:32], "big")
+    size = path.stat().st_size
+    if pages and head[24:28] == head[92:96] and size < page_size * pages:  # the page count is valid: see the format
+        raise IntegrityError(f"{path}: cut short ({size:,} bytes of {page_size * pages:,}): {remedy}")
 
 
 def read_documents(run_dir: str | Path) -> dict[str, dict]:
@@ -388,4 +531,5 @@ def read_documents(run_dir: str | Path) -> dict[str, dict]:
     path = Path(run_dir) / "sample" / DOCUMENTS
     if not path.exists():
         raise FileNotFoundError(f"{path}: no scored documents; run the sample stage first")
+    Stage(run_dir, "sample").verify(DOCUMENTS)
     return {d["doc_id"]: d for d in read_jsonl(path, ("doc_id",))}

@@ -1,15 +1,18 @@
-"""Clean stops: SIGINT and SIGTERM end a command at a shard boundary or checkpoint.
+"""Clean stops: SIGINT and SIGTERM end a command within seconds, keeping every complete unit of work.
 
 The command line runs every command inside :func:`handled`. While a unit of
-work runs inside :func:`deferred` (a shard being computed and written, an
-optimizer step and its checkpoint) the first signal only asks for a stop: the
-unit finishes, its output is written, and :class:`Stopped` is raised when the
-block ends. A
-signal outside such a block, or a second one, raises :class:`Stopped` at once;
-nothing partial is left that a rerun would take for complete, since every
-output is written to a temporary name and renamed. The command line turns
-:class:`Stopped` into one line -- what was kept and how to resume -- and exit
-status 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+work runs inside :func:`deferred` (a shard being written, an optimizer step
+and its checkpoint) the first signal only asks for a stop: the unit finishes,
+its output is written, and :class:`Stopped` is raised when the block ends.
+The part of a unit that only computes (a shard's documents or calls, however
+long one of them is) runs inside :func:`abandonable`: there a signal, or one
+that came earlier in the unit, raises :class:`Stopped` at once and the unit's
+work is dropped -- nothing of it was written as complete, and a rerun does it
+again. A signal outside these blocks, or a second one, raises :class:`Stopped`
+at once; nothing partial is left that a rerun would take for complete, since
+every output is written to a temporary name and renamed. The command line
+turns :class:`Stopped` into one line -- what was kept and how to resume -- and
+exit status 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
 """
 
 from __future__ import annotations
@@ -30,11 +33,12 @@ class Stopped(Exception):
         self.signum = signum
 
 
-_state: dict = {"depth": 0, "pending": None, "kept": ""}
+# depth: deferred blocks entered; abandon: abandonable blocks entered since the innermost deferred one.
+_state: dict = {"depth": 0, "abandon": 0, "pending": None, "kept": ""}
 
 
 def _handler(signum: int, frame) -> None:
-    if _state["depth"] and _state["pending"] is None:
+    if _state["depth"] and not _state["abandon"] and _state["pending"] is None:
         _state["pending"] = signum  # quietly: the command's last line will say what was kept
         return
     raise Stopped(signum)
@@ -48,13 +52,13 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
-    _state.update(depth=0, pending=None, kept="")
+    _state.update(depth=0, abandon=0, pending=None, kept="")
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
-        _state.update(depth=0, pending=None)  # a stop belongs to this block only
+        _state.update(depth=0, abandon=0, pending=None)  # a stop belongs to this block only
 
 
 def pending() -> int | None:
@@ -65,13 +69,34 @@ def pending() -> int | None:
 @contextmanager
 def deferred() -> Iterator[None]:
     """A unit of work that a signal does not interrupt; a stop asked for during
-    it raises :class:`Stopped` when it ends."""
+    it raises :class:`Stopped` when it ends (or, nested in :func:`abandonable`, when it returns there)."""
+    outer = _state["abandon"]
     _state["depth"] += 1
+    _state["abandon"] = 0
     try:
         yield
     finally:
         _state["depth"] -= 1
-    if not _state["depth"] and _state["pending"] is not None:
+        _state["abandon"] = outer
+    if (not _state["depth"] or _state["abandon"]) and _state["pending"] is not None:
+        raise Stopped(_state["pending"])
+
+
+@contextmanager
+def abandonable() -> Iterator[None]:
+    """Work of a :func:`deferred` unit that a stop may drop, because none of it is written yet (a shard's
+    records being computed): a stop asked for before or during it raises :class:`Stopped` at once."""
+    check()
+    _state["abandon"] += 1
+    try:
+        yield
+    finally:
+        _state["abandon"] -= 1
+
+
+def check() -> None:
+    """Raise :class:`Stopped` if a signal asked for a stop (a loop's cooperative check)."""
+    if _state["pending"] is not None:
         raise Stopped(_state["pending"])
 
 

@@ -74,6 +74,7 @@ ADDED_FIELDS: dict[str, dict[str, Any]] = {
     "sample": {"prompt": "few-shot", "model": "", "word_starts": False},
     "filter": {"model": "", "skip_blank": False},
     "finetune": {"freeze": [], "call_input_weight": 1.0},
+    "evaluate": {"trust_folder_tools": False},
 }
 
 

@@ -105,9 +105,10 @@ class Round:
 def run_round(cfg: PipelineConfig, r: int, h: str, force: bool, kept: list[dict], docs: dict[str, dict],
               make_round) -> dict:
     """Round ``r`` into its folder (skipped when complete for ``h``, resumed when interrupted); its counts."""
-    stage = Stage(Path(cfg.run_dir) / "chain", round_name(r))
+    stage = Stage(Path(cfg.run_dir) / "chain", round_name(r), command="chain")
     if not force and stage.is_complete(h):
         print(f"chain: round {r} already complete ({stage.dir}/manifest.json), skipped")
+        stage.verify()  # its kept calls are read next
         return stage.manifest()["counts"]
     first = stage.begin(h, force=force)
     if first:

@@ -101,11 +101,16 @@ def row_configs(cfg: PipelineConfig, rows: list[EvalVariant]) -> dict[str, tuple
     out = {}
     for row in rows:
         from_folder = cfg.evaluate.tools_from == "model" and Path(row.path).is_dir()
-        row_cfg, spec = with_folder_tools(cfg, row.path) if from_folder else (cfg, None)
+        row_cfg, spec, trust = (with_folder_tools(cfg, row.path, cfg.evaluate.trust_folder_tools) if from_folder
+                                else (cfg, None, None))
         if row.tools:
+            if trust is not None:
+                trust.enforce(row_cfg.tools)
+                if trust.note():
+                    print(f"evaluate: row {row.name!r}: {trust.note()}")
             for note in check_tool_data(row_cfg.tools, row.path, spec):
                 print(f"evaluate: row {row.name!r}: {note}")
-        out[row.name] = (row_cfg, tool_setup(row_cfg, row.path, spec) if row.tools else None)
+        out[row.name] = (row_cfg, tool_setup(row_cfg, row.path, spec, trust=trust) if row.tools else None)
     return out
 
 

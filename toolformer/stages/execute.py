@@ -17,6 +17,7 @@ from toolformer.run.folder import (
     Stage,
     atomic_write_text,
     fmt_pct,
+    read_json,
 )
 from toolformer.run.parallel import ranks
 from toolformer.stages import StageResult, per_upstream_shard, start
@@ -57,7 +58,7 @@ RUN_PART = ".calls.json"  # tool calls a shard ran (the rest came from its proce
 
 def finish(cfg: PipelineConfig, run) -> None:
     """Main process, every shard written: counts and manifest."""
-    calls_run = sum(json.loads(p.read_text(encoding="utf-8"))["calls_run"] for p in run.stage.parts(RUN_PART))
+    calls_run = sum(read_json(p, run.stage.rebuild)["calls_run"] for p in run.stage.parts(RUN_PART))
     per_tool: dict[str, dict] = {t: {"candidates": 0, "ok": 0, "failed": 0} for t in cfg.tools.enabled}
     errors: dict[str, int] = defaultdict(int)
     for r in run.stage.records():

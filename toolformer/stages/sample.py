@@ -11,7 +11,8 @@ once, to check the tool, and stopped before sampling. ``sample.model`` samples
 with other weights than ``model.path`` (a second round of self-training: the
 round-1 model, with ``sample.prompt: none``, no few-shot prompt).
 
-The corpus is read as a stream, ``shard_size`` documents per shard; under
+The corpus is read as a stream, ``shard_size`` documents per shard (a piece
+of a document over ``corpus.max_doc_chars`` ends its shard); under
 ``accelerate launch`` each process takes every N-th group
 (:mod:`toolformer.run.parallel`). A shard leaves its windows and counts
 beside it; the main process merges them when every shard is written.
@@ -27,17 +28,17 @@ import torch
 from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.corpus import iter_corpus, split_windows
+from toolformer.corpus import iter_corpus, pieces, shard_groups, split_windows
 from toolformer.lm.modeling import bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.textpos import starts_word, tokenize_text
 from toolformer.records import SampleRecord
 from toolformer.run.folder import (
     atomic_write_text,
-    chunked,
     document_row,
     dumps,
     fmt_pct,
     iter_jsonl,
+    read_json,
     run_sharded,
     write_documents,
 )
@@ -127,7 +128,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     def documents():
         for doc in iter_corpus(cfg.corpus, rejected):
             seen[0] += 1
-            yield doc
+            yield from pieces(doc, cfg.corpus.max_doc_chars)  # a huge document: a piece per shard
 
     def process(g: int, group: list[dict]) -> list[dict]:
         """One group of corpus documents: its windows and counts beside the shard, then its candidates."""
@@ -138,7 +139,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
         return records
 
     with tqdm(desc="sample", unit="doc", disable=not ranks().main) as bar:
-        run_sharded(run.stage, chunked(documents(), cfg.shard_size), process, bar)
+        run_sharded(run.stage, shard_groups(documents(), cfg.shard_size), process, bar)
     if not seen[0]:  # every process read the whole stream: all stop here alike
         raise ValueError(f"{cfg.corpus.path}: no usable documents ({len(rejected)} rejected)")
     if run.all_done():
@@ -157,7 +158,7 @@ def finish(cfg: PipelineConfig, run, tools: list[str], n_documents: int, rejecte
     per_tool = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in tools}
     windows = 0
     for part in stage.parts(COUNTS_PART):
-        counts = json.loads(part.read_text(encoding="utf-8"))
+        counts = read_json(part, stage.rebuild)
         windows += counts["windows"]
         for t, c in counts["per_tool"].items():
             for k, v in c.items():

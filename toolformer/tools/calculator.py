@@ -1,4 +1,9 @@
-"""Calculator: +, −, ×, ÷ over decimals, parsed with ``ast`` (never ``eval``)."""
+"""Calculator: +, −, ×, ÷ over decimals, parsed with ``ast`` (never ``eval``).
+
+It reads only what it can read exactly: ASCII and full-width digits, the signs people write for the four
+operations (``x`` only as a word of its own) and brackets. Anything else (``5²``, ``0x10``, ``2x3``, ``١٢٣``,
+``½``) is refused with a ``not_arithmetic`` error naming the character, never folded into other digits.
+"""
 
 from __future__ import annotations
 
@@ -16,14 +21,21 @@ MAX_MAGNITUDE = Fraction(10) ** 15  # larger intermediate values are refused
 MAX_NODES = 200  # bound on the size of the expression tree
 
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_NUMBER = re.compile(r"^(\d+(\.\d*)?|\.\d+)$")
-_ALLOWED_CHARS = re.compile(r"^[0-9.+\-*/() ]*$")
+_LONE_X = re.compile(r"(?<! )[xX]|[xX](?! )")  # an `x` that is not a word of its own
+
+# The characters read, each as the ASCII it stands for: digits, signs as people write them (`x` only between
+# spaces, checked apart) and their full-width forms. Anything else is refused, never folded into a digit: NFKC
+# would read `5²` as 52 and `₃` as 3.
+_READ = {c: c for c in "0123456789.,+-*/()xX"}
+_READ |= {chr(0xFF10 + i): str(i) for i in range(10)} | {chr(ord(c) + 0xFEE0): c for c in "+-*/().,"}
+_READ |= dict.fromkeys("×·∗", "*") | dict.fromkeys("÷∕", "/") | dict.fromkeys("−–—", "-")
 
 # The input grammar (Tool.input_pattern): signs and opening brackets, a number (thousands separators and decimals
-# allowed), closing brackets, and the same again after each operator, with the signs `_normalise` reads.
+# allowed), closing brackets, and the same again after each operator, with the signs `_normalise` reads (`x` between
+# spaces).
 _NUMBER_PATTERN = r"(?:[0-9]+(?:,[0-9]{3})*(?:\.[0-9]*)?|\.[0-9]+)"
 _TERM_PATTERN = rf"(?:[-+−–—(] *)*{_NUMBER_PATTERN}(?: *\))*"
-INPUT_PATTERN = rf" *{_TERM_PATTERN}(?: *[-+*/×xX·∗÷∕−–—] *{_TERM_PATTERN})* *"
+INPUT_PATTERN = rf" *{_TERM_PATTERN}(?:(?: *[-+*/×·∗÷∕−–—] *| +[xX] +){_TERM_PATTERN})* *"
 
 _OPS = {
     ast.Add: lambda a, b: a + b,
@@ -32,32 +44,48 @@ _OPS = {
 }
 
 
+def _unread(ch: str) -> ToolError:
+    """The refusal of a character the calculator does not read, named by its Unicode name."""
+    name = f"{ch!r} ({unicodedata.name(ch, f'U+{ord(ch):04X}')})"
+    if unicodedata.numeric(ch, None) is not None:  # a superscript, a fraction, another script's digit ...
+        return ToolError("not_arithmetic", f"{name} is not a digit the calculator reads: only 0-9, no powers, "
+                                           "fractions or other scripts' digits", HINT)
+    return ToolError("not_arithmetic", f"{name} is not allowed: only digits, '.', '+', '-', '*', '/', '(' and ')'",
+                     HINT)
+
+
 def _normalise(text: str) -> str:
-    text = text.strip()
-    text = _THOUSANDS.sub("", text)
-    # Multiplication and division signs as people write them.
-    for sign in ("×", "x", "X", "·", "∗"):
-        text = text.replace(sign, "*")
-    for sign in ("÷", "∕"):
-        text = text.replace(sign, "/")
-    for sign in ("−", "–", "—"):
-        text = text.replace(sign, "-")
-    return text
+    """``text`` in ASCII arithmetic (``*`` and ``/`` for the signs people write, no thousands separators); a
+    character it does not read, or an ``x`` glued to a number (``0x10``, ``2x3``), is refused."""
+    chars = []
+    for ch in text:
+        if ch.isspace():
+            chars.append(" ")
+        elif ch in _READ:
+            chars.append(_READ[ch])
+        else:
+            raise _unread(ch)
+    text = "".join(chars).strip()
+    if _LONE_X.search(text):
+        raise ToolError("not_arithmetic", "'x' multiplies only as a word of its own, between spaces (2 x 3): "
+                                          "0x10 is not read as hex, nor 2x3 as a product", HINT)
+    return _THOUSANDS.sub("", text).replace("x", "*").replace("X", "*")
 
 
-def _evaluate(node: ast.AST) -> Fraction:
+def _evaluate(node: ast.AST, text: str) -> Fraction:
+    """The exact value of the expression ``node`` parsed from ``text`` (numbers read as written there)."""
     if isinstance(node, ast.Expression):
-        return _evaluate(node.body)
+        return _evaluate(node.body, text)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        v = Fraction(str(node.value))
+        v = Fraction(Decimal(ast.get_source_segment(text, node)))  # a float would round 17+ digits
         if abs(v) > MAX_MAGNITUDE:
             raise ToolError("too_large", f"number exceeds {float(MAX_MAGNITUDE):.0e}")
         return v
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _evaluate(node.operand)
+        v = _evaluate(node.operand, text)
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp) and type(node.op) in (*_OPS, ast.Div):
-        a, b = _evaluate(node.left), _evaluate(node.right)
+        a, b = _evaluate(node.left, text), _evaluate(node.right, text)
         if isinstance(node.op, ast.Div):
             if b == 0:
                 raise ToolError("division_by_zero", "division by zero")
@@ -88,12 +116,11 @@ def calculate(expression: str, max_chars: int = MAX_INPUT_CHARS) -> str:
     if len(expression) > max_chars:
         raise ToolError("too_long", f"input longer than {max_chars} characters",
                         f"at most {max_chars} characters: the arithmetic only, without words")
-    # NFKC folds full-width digits to ASCII; other scripts' digits are refused below.
-    text = unicodedata.normalize("NFKC", _normalise(expression))
+    text = _normalise(expression)
     if not text:
         raise ToolError("empty", "empty expression", HINT)
-    if not _ALLOWED_CHARS.match(text):
-        raise ToolError("not_arithmetic", "only digits, '.', '+', '-', '*', '/', '(' and ')' are allowed", HINT)
+    if "," in text:
+        raise ToolError("not_arithmetic", "',' separates thousands only (1,250 or 1,000,000), not decimals", HINT)
     if "**" in text or "//" in text:
         raise ToolError("not_arithmetic", "only + - * / are allowed", HINT)
     try:
@@ -103,7 +130,7 @@ def calculate(expression: str, max_chars: int = MAX_INPUT_CHARS) -> str:
     if sum(1 for _ in ast.walk(tree)) > MAX_NODES:
         raise ToolError("too_long", "expression too large")
     try:
-        return format_number(_evaluate(tree))
+        return format_number(_evaluate(tree, text))
     except RecursionError:
         raise ToolError("too_long", "expression nested too deeply") from None
 
@@ -112,7 +139,7 @@ class Calculator(Tool):
     name = "Calculator"
     description = (
         "Computes the result of an arithmetic expression with +, -, *, / over whole "
-        "and decimal numbers (thousands separators, 'x' and '×' accepted), evaluated "
+        "and decimal numbers (thousands separators, '×' and 'x' between spaces accepted), evaluated "
         "left to right with the usual precedence, rounded to two decimals."
     )
     input_description = "an arithmetic expression, e.g. 400 / 1400"

@@ -3,14 +3,17 @@
 The paper used a retrieval-augmented neural QA model; this tool is the
 deterministic, offline counterpart: BM25 retrieval over the facts
 (subject, relation, object and an optional sentence), then extraction of the
-object of the best fact whose subject the question names.
+object of the best fact whose subject the question names. The knowledge file is read as WikiSearch reads its
+collection (:func:`toolformer.tools.wikisearch.read_collection`: a regular file, capped in size).
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
+from toolformer.tools.sandbox import uninterrupted
 from toolformer.tools.wikisearch import BM25Index, _stamp, read_collection, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
@@ -57,13 +60,15 @@ class QA(Tool):
         self.candidates = candidates
         self._facts: list[dict] | None = None
         self._index: BM25Index | None = None
+        self._loading = threading.Lock()  # one load at a time: concurrent first calls wait for it
 
     def _load(self) -> None:
-        if self._index is None:
-            self._facts = read_collection(self.path, ("subject", "relation", "object"))
-            texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
-            cache = self.path.with_name(self.path.name + ".bm25")
-            self._index = BM25Index(texts, cache, _stamp(self.path))
+        with self._loading, uninterrupted():  # the read is capped; a call given up on still leaves it loaded
+            if self._index is None:
+                self._facts = read_collection(self.path, ("subject", "relation", "object"), "tools.knowledge")
+                texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
+                cache = self.path.with_name(self.path.name + ".bm25")
+                self._index = BM25Index(texts, cache, _stamp(self.path))
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         question = tool_input.strip()

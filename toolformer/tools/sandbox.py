@@ -1,20 +1,26 @@
-"""Running tool calls safely: timeouts, output caps, structured errors, a cache.
+"""Running tool calls safely: timeouts, input and output caps, structured errors, a cache.
 
 Every stage that calls a tool goes through :class:`Sandbox`, built from the
-config by :func:`build_sandbox`. A call never
+config by :func:`build_sandbox`; so does ``toolformer mcp-serve``, whose
+calls come as argument objects (:meth:`Sandbox.call`). A call never
 raises: it returns an :class:`Outcome` with either ``result`` or ``error``.
-A call that outlives its timeout is abandoned (its daemon thread is left to
-finish on its own) and recorded as a ``timeout`` error, so one hanging tool
-cannot hang a stage. :meth:`Sandbox.close` (or leaving ``with sandbox:``)
+A call that outlives its timeout is abandoned and recorded as a ``timeout``
+error, so one hanging tool cannot hang a stage; the Python code still running
+in its thread is stopped (:class:`CallAbandoned` is raised there) as soon as
+the thread runs Python again, except inside :func:`uninterrupted` (a tool
+loading its data, bounded in size, finishes so that the next call finds it
+loaded). :meth:`Sandbox.close` (or leaving ``with sandbox:``)
 releases the tools: it stops the MCP servers of MCP tools.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,25 +56,114 @@ def schema_validator(tool: Tool):
     return Draft202012Validator(tool.input_schema)
 
 
-def check_arguments(tool: Tool, tool_input: str, validator) -> Outcome | None:
-    """None when the call's arguments satisfy the tool's JSON Schema, else an
-    ``invalid_arguments`` error whose hint shows a call that does."""
-    try:
-        arguments = tool.arguments(tool_input)
-    except ToolError as e:  # text that maps to no argument object (an MCP tool's JSON)
-        return _error(e.code, e.message, e.hint)
+def schema_errors(tool: Tool, arguments, validator) -> Outcome | None:
+    """None when the argument object ``arguments`` satisfies the tool's JSON Schema, else an
+    ``invalid_arguments`` error (each problem with where it is) whose hint shows a call that does."""
     errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
     if not errors:
         return None
     example = f"[{tool.name}({tool.example})]" if tool.takes_input else f"[{tool.name}()]"
-    return _error("invalid_arguments", "; ".join(e.message for e in errors[:3]),
-                  f"{tool.name} takes {tool.input_description}, e.g. {example}")
+    problems = ("/".join(map(str, e.path)) + ": " + e.message if e.path else e.message for e in errors[:3])
+    return _error("invalid_arguments", f"{tool.name}: " + "; ".join(problems),
+                  f"{tool.name} takes {tool.input_description or 'no arguments'}, e.g. {example}")
+
+
+def check_arguments(tool: Tool, tool_input: str, validator) -> Outcome | None:
+    """None when the arguments of the call ``[Tool(tool_input)]`` satisfy the tool's JSON Schema, else an
+    error (:func:`schema_errors`)."""
+    try:
+        arguments = tool.arguments(tool_input)
+    except ToolError as e:  # text that maps to no argument object (an MCP tool's JSON)
+        return _error(e.code, e.message, e.hint)
+    return schema_errors(tool, arguments, validator)
+
+
+class CallAbandoned(BaseException):
+    """Raised in the thread of a call the sandbox gave up on (past its timeout), so that the tool's code stops
+    working, and allocating, for nobody. A BaseException: a tool's ``except Exception`` does not keep it."""
+
+
+_CURRENT = threading.local()  # .call: the _Call whose thread this is
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Run the block to its end even if the sandbox abandons the call meanwhile; the call stops right after.
+    For work whose result later calls reuse and whose size is bounded (a tool loading its data file)."""
+    call = getattr(_CURRENT, "call", None)
+    if call is None:  # not in a sandbox call
+        yield
+        return
+    with call.lock:
+        call.shields += 1
+    try:
+        yield
+    finally:
+        with call.lock:
+            call.shields -= 1
+            stop = call.abandoned and not call.shields
+        if stop:
+            raise CallAbandoned
+
+
+def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
+    """Raise ``exc`` in ``thread`` when it next runs Python code (CPython's PyThreadState_SetAsyncExc)."""
+    ident = ctypes.c_ulong(thread.ident)
+    if ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, ctypes.py_object(exc)) > 1:  # never expected: undo it
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, None)
+
+
+class _Call:
+    """One call running in its daemon thread; ``outcome`` once it answered in time."""
+
+    def __init__(self, name: str, work: Callable[[], Outcome], finished: threading.Event, deadline: float):
+        self.tool, self.deadline = name, deadline
+        self.outcome: Outcome | None = None
+        self.lock = threading.Lock()  # orders the thread's steps against abandon()
+        self.abandoned = False
+        self.running = False  # the thread is in ``work`` (or just past it, before it took the lock)
+        self.shields = 0  # uninterrupted() blocks the thread is in
+        self._thread = threading.Thread(target=self._target, args=(work, finished), daemon=True,
+                                        name=f"tool-{name}")
+        self._thread.start()
+
+    def _target(self, work: Callable[[], Outcome], finished: threading.Event) -> None:
+        try:
+            with self.lock:
+                if self.abandoned:
+                    return
+                self.running = True
+            _CURRENT.call = self
+            try:
+                outcome = work()
+            except CallAbandoned:
+                outcome = None
+            except BaseException as e:  # noqa: BLE001 - a tool's SystemExit is a record too
+                outcome = _error("exception", f"{type(e).__name__}: {e}")
+            with self.lock:
+                self.running = False
+                if not self.abandoned:
+                    self.outcome = outcome
+            finished.set()
+        except CallAbandoned:
+            pass  # it arrived while the work was ending: nobody waits for this call any more
+
+    def abandon(self) -> Outcome | None:
+        """Give up on the call unless it has answered (then return its outcome): stop the Python code its thread
+        runs now, or when that leaves :func:`uninterrupted`."""
+        with self.lock:
+            if self.outcome is None and not self.abandoned:
+                self.abandoned = True
+                if self.running and not self.shields:
+                    _raise_in(self._thread, CallAbandoned)
+            return self.outcome
 
 
 class Sandbox:
     """Executes calls of the given tools.
 
-    ``timeout_s``: seconds per call; ``max_result_chars``: longer results are
+    ``timeout_s``: seconds per call; ``max_input_chars``: longer inputs are
+    refused (``too_long``); ``max_result_chars``: longer results are
     cut; ``concurrency``: calls of one tool in flight at once in
     :meth:`run_many` (``per_tool`` sets it for single tools);
     ``forbidden_markers``: strings removed from results so a result can never
@@ -80,6 +175,7 @@ class Sandbox:
         tools: dict[str, Tool],
         timeout_s: float = 5.0,
         max_result_chars: int = 300,
+        max_input_chars: int = 200,
         concurrency: int = 4,
         cache: bool = True,
         forbidden_markers: Iterable[str] = (),
@@ -88,6 +184,7 @@ class Sandbox:
         self.tools = tools
         self.timeout_s = timeout_s
         self.max_result_chars = max_result_chars
+        self.max_input_chars = max_input_chars
         self.concurrency = max(1, concurrency)
         self.per_tool = {t: max(1, n) for t, n in (per_tool or {}).items()}
         self.forbidden_markers = tuple(m for m in forbidden_markers if m)
@@ -122,19 +219,11 @@ class Sandbox:
             result = result[: self.max_result_chars].rstrip() + "…"
         return Outcome(result, None)
 
-    def _start(self, tool_name: str, tool_input: str, date: str | None, finished: threading.Event):
-        """Start one call in a daemon thread; return (done_event, box). ``finished`` is set after ``done``."""
-        box: list[Outcome] = []
-        done = threading.Event()
+    def _start(self, tool_name: str, tool_input: str, date: str | None, finished: threading.Event) -> _Call:
+        """Start one call in a daemon thread; ``finished`` is set when it answers."""
         tool, validator = self.tools[tool_name], self._validators[tool_name]
-
-        def target() -> None:
-            box.append(self._invoke(tool, tool_input, date, validator))
-            done.set()
-            finished.set()
-
-        threading.Thread(target=target, daemon=True, name=f"tool-{tool_name}").start()
-        return done, box
+        return _Call(tool_name, lambda: self._invoke(tool, tool_input, date, validator), finished,
+                     time.monotonic() + self.timeout_s)
 
     def close(self) -> None:
         """Release the tools (stop their MCP servers); the sandbox runs no call after this."""
@@ -155,6 +244,15 @@ class Sandbox:
         """Execute one call (or return the cached outcome)."""
         return self.run_many([(tool, tool_input, date)])[0]
 
+    def call(self, tool: str, arguments, date: str | None = None) -> Outcome:
+        """Execute one call given as an argument object (an MCP ``tools/call``): refused with
+        ``invalid_arguments`` unless it satisfies the tool's JSON Schema, else run as the call
+        ``[Tool(text)]`` whose arguments it is, with the same limits as every call."""
+        if tool not in self.tools:
+            return self.run(tool, "", date)  # the unknown_tool error
+        t = self.tools[tool]
+        return schema_errors(t, arguments, self._validators[tool]) or self.run(tool, t.input_text(arguments), date)
+
     def run_many(self, calls: list[tuple[str, str, str | None]]) -> list[Outcome]:
         """Execute calls, each unique (tool, input, date) once, at most
         :meth:`limit` of a tool at a time, each with its own timeout; the
@@ -168,6 +266,11 @@ class Sandbox:
                 continue
             if c[0] not in self.tools:
                 results[k] = _error("unknown_tool", f"no tool named {c[0]!r}")
+            elif len(c[1]) > self.max_input_chars:
+                results[k] = _error("too_long", f"{c[0]}: input of {len(c[1]):,} characters, over the "
+                                                f"{self.max_input_chars} allowed (tools.max_input_chars)",
+                                    f"{c[0]} takes {self.tools[c[0]].input_description}, e.g. "
+                                    f"[{c[0]}({self.tools[c[0]].example})]")
             else:
                 queued.add(k)
                 queues.setdefault(c[0], deque()).append((k, c))
@@ -179,27 +282,28 @@ class Sandbox:
 
     def _run_queues(self, queues: dict[str, deque], results: dict[tuple, Outcome]) -> None:
         """Start calls while their tool is under its limit; collect each when it answers or its time is up
-        (a call past its timeout is abandoned: its thread is a daemon, and its slot is given to the next)."""
+        (a call past its timeout is abandoned, :meth:`_Call.abandon`, and its slot given to the next)."""
         finished = threading.Event()
-        running: dict[tuple, tuple] = {}  # key -> (tool, done, box, deadline)
+        running: dict[tuple, _Call] = {}
         in_flight: dict[str, int] = dict.fromkeys(queues, 0)
         while any(queues.values()) or running:
             for tool, queue in queues.items():
                 while queue and in_flight[tool] < self.limit(tool):
                     k, (_, tool_input, date) = queue.popleft()
-                    running[k] = (tool, *self._start(tool, tool_input, date, finished),
-                                  time.monotonic() + self.timeout_s)
+                    running[k] = self._start(tool, tool_input, date, finished)
                     in_flight[tool] += 1
                     self.calls_executed += 1
-            next_deadline = min(r[3] for r in running.values())
+            next_deadline = min(call.deadline for call in running.values())
             finished.wait(max(0.0, next_deadline - time.monotonic()))
             finished.clear()
             now = time.monotonic()
-            for k, (tool, done, box, deadline) in list(running.items()):
-                if done.is_set() or now >= deadline:
-                    results[k] = box[0] if box else _error("timeout", f"no answer within {self.timeout_s:g} s")
-                    del running[k]
-                    in_flight[tool] -= 1
+            for k, call in list(running.items()):
+                if call.outcome is None and now < call.deadline:
+                    continue
+                outcome = call.outcome or call.abandon()
+                results[k] = outcome or _error("timeout", f"no answer within {self.timeout_s:g} s")
+                del running[k]
+                in_flight[call.tool] -= 1
 
 
 def call_markers(style: CallStyle) -> tuple[str, ...]:
@@ -221,6 +325,6 @@ def build_sandbox(cfg: PipelineConfig, tools: dict[str, Tool] | None = None, cac
     from toolformer.tools.calls import get_style
 
     tools = build_tools(cfg.tools) if tools is None else tools
-    return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.concurrency, cache=cache,
-                   per_tool=cfg.tools.per_tool_concurrency,
+    return Sandbox(tools, cfg.tools.timeout_s, cfg.tools.max_result_chars, cfg.tools.max_input_chars,
+                   cfg.tools.concurrency, cache=cache, per_tool=cfg.tools.per_tool_concurrency,
                    forbidden_markers=call_markers(get_style(cfg.calls.style)))

@@ -1,27 +1,81 @@
-"""WikiSearch: BM25 over a local document collection, returns short snippets."""
+"""WikiSearch: BM25 over a local document collection, returns short snippets.
+
+A tool's data file (WikiSearch's collection, QA's knowledge) is read whole into memory, so it must be a regular
+file of at most :data:`MAX_DATA_BYTES`: a device (``/dev/zero``), a FIFO, a folder or a larger file is refused at
+once with a ``bad_data`` error naming the path, and the read itself stops at the cap.
+"""
 
 from __future__ import annotations
 
+import os
 import re
+import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
+from toolformer.tools.sandbox import uninterrupted
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+
+MAX_DATA_BYTES = 1 << 30
+"""The largest collection or knowledge file a tool loads (1 GiB): it is held in memory with its BM25 index."""
 
 
 def tokenize_words(text: str) -> list[str]:
     return [w.lower() for w in _WORD.findall(text)]
 
 
-def read_collection(path: str | Path, required: tuple[str, ...]) -> list[dict]:
-    """A tool's JSONL collection; a missing file is the tool's error, a bad line a ValueError."""
-    path = Path(path)
-    if not path.exists():
-        raise ToolError("missing_data", f"{path}: file not found")
-    from toolformer.run.folder import read_jsonl
+def _check_regular(path: Path, st: os.stat_result, hint: str) -> None:
+    """Refuse a data file that is not a regular file of at most MAX_DATA_BYTES."""
+    if not stat.S_ISREG(st.st_mode):
+        kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket")
+        raise ToolError("bad_data", f"{path}: {kind}, not a regular file", hint)
+    if st.st_size > MAX_DATA_BYTES:
+        raise ToolError("bad_data", f"{path}: {st.st_size:,} bytes, over the {MAX_DATA_BYTES:,} a tool's data file "
+                                    "may have", hint)
 
-    return read_jsonl(path, required)
+
+def _lines(f, path: Path) -> Iterator[str]:
+    """The lines of the open binary file ``f``, decoded, reading no more than MAX_DATA_BYTES in all."""
+    left, n = MAX_DATA_BYTES, 0
+    while line := f.readline(left + 1):
+        n += 1
+        left -= len(line)
+        if left < 0:
+            raise ToolError("bad_data", f"{path}: grew past {MAX_DATA_BYTES:,} bytes while it was read")
+        try:
+            yield line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"{path}:{n}: not UTF-8 text") from None
+
+
+def read_collection(path: str | Path, required: tuple[str, ...], setting: str = "tools.collection") -> list[dict]:
+    """A tool's JSONL collection; a missing file, or one that is not a regular file of at most MAX_DATA_BYTES,
+    is the tool's error naming the path (its hint names the ``setting`` that gives it); a bad line or a record
+    without a ``required`` key is a ValueError naming the file and line."""
+    from toolformer.run.folder import jsonl_records
+
+    path = Path(path)
+    hint = f"{setting}: a JSONL file of at most {MAX_DATA_BYTES:,} bytes"
+    try:
+        _check_regular(path, path.stat(), hint)  # before opening: opening a FIFO waits for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ToolError("missing_data", f"{path}: file not found", hint) from None
+    except OSError as e:
+        raise ToolError("bad_data", f"{path}: cannot be read: {e.strerror}", hint) from None
+    out = []
+    with open(fd, "rb") as f:
+        _check_regular(path, os.fstat(fd), hint)  # the file opened is the one checked
+        for n, rec in jsonl_records(_lines(f, path), path):
+            missing = [k for k in required if k not in rec]
+            if missing:
+                raise ValueError(f"{path}:{n}: missing key(s) {', '.join(map(repr, missing))}")
+            out.append(rec)
+    return out
 
 
 class BM25Index:
@@ -90,12 +144,15 @@ class WikiSearch(Tool):
         self.snippet_chars = snippet_chars
         self._docs: list[dict] | None = None
         self._index: BM25Index | None = None
+        self._loading = threading.Lock()  # one load at a time: concurrent first calls wait for it
 
     def _load(self) -> None:
-        if self._index is None:
-            self._docs = read_collection(self.path, ("title", "text"))
-            cache = self.path.with_name(self.path.name + ".bm25")
-            self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache, _stamp(self.path))
+        with self._loading, uninterrupted():  # the read is capped; a call given up on still leaves it loaded
+            if self._index is None:
+                self._docs = read_collection(self.path, ("title", "text"))
+                cache = self.path.with_name(self.path.name + ".bm25")
+                self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache,
+                                        _stamp(self.path))
 
     def snippet(self, doc: dict) -> str:
         text = " ".join(doc["text"].split())
