@@ -1,6 +1,5 @@
-"""scripts/call_errors.py: a greedy call's operands, each by how it is wrong."""
+"""python -m toolformer.world.lab.call_errors: a greedy call's operands, each by how it is wrong."""
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,10 +10,9 @@ PROMPT = "Rosa sent 4723 cups and Tom sent 8,738 cups on 12 carts. How many cups
 
 @pytest.fixture(scope="module")
 def call_errors():
-    spec = importlib.util.spec_from_file_location("call_errors", ROOT / "scripts" / "call_errors.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from toolformer.world.lab import call_errors
+
+    return call_errors
 
 
 @pytest.mark.parametrize("written, kind", [

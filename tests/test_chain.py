@@ -187,7 +187,7 @@ def test_chain_round_proposes_the_second_step_on_the_text_with_the_first_call(tm
     both = [d for d in docs if [(c["input"], c["result"], c["char_start"]) for c in built[d["id"]]["calls"]]
             == [(g["input"], g["result"], g["char_start"]) for g in gold[d["id"]]]]
     # Whether round 2 keeps a second step is the base model's: the shipped one gains too little from it at
-    # tau_f 0.5 (README, "Chained calls"); test_build_inserts_the_calls_of_later_rounds covers the insertion.
+    # tau_f 0.5 (docs/lab-notes.md, "Chained calls"); test_build_inserts_the_calls_of_later_rounds covers the insertion.
     for d in both:
         first, second = gold[d["id"]]
         assert second["input"].startswith(first["result"] + " ")

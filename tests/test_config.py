@@ -48,9 +48,9 @@ def test_every_field_documented():
     import ast
     import inspect
 
-    from toolformer.config import schema, tools, world
+    from toolformer.config import evaluation, schema, tools, world
 
-    classes = [n for m in (schema, tools, world) for n in ast.parse(inspect.getsource(m)).body
+    classes = [n for m in (schema, evaluation, tools, world) for n in ast.parse(inspect.getsource(m)).body
                if isinstance(n, ast.ClassDef)]
     sections = {n.name for n in classes}
     assert {"PipelineConfig", "ToolsConfig", "WorldConfig", "PretrainConfig"} <= sections

@@ -1,4 +1,5 @@
-"""scripts/novel_phrasings.py (word problems in phrasings the world never writes) and scripts/merge_sweep.py."""
+"""python -m toolformer.world.lab.novel_phrasings (word problems in phrasings the world never writes) and
+python -m toolformer.world.lab.merge_sweep."""
 
 import json
 import subprocess
@@ -9,10 +10,9 @@ import pytest
 from test_finetune import write_sums
 
 from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, SCENE_FORMS
+from toolformer.world.lab import novel_phrasings
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-import novel_phrasings  # noqa: E402
 
 
 def assert_right(items):
@@ -29,7 +29,7 @@ def assert_right(items):
 
 def test_novel_problems_are_right_and_in_phrasings_the_world_never_writes(tmp_path):
     out = tmp_path / "novel.json"
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "novel_phrasings.py"), str(out), "--per-form", "3"],
+    done = subprocess.run([sys.executable, "-m", "toolformer.world.lab.novel_phrasings", str(out), "--per-form", "3"],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "72 problems in 24 phrasings" in done.stdout
@@ -57,13 +57,13 @@ def test_novel_set_b_is_other_phrasings_with_right_answers():
 
 
 def test_novel_phrasings_rejects_a_bad_count(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "novel_phrasings.py"), str(tmp_path / "x.json"),
+    done = subprocess.run([sys.executable, "-m", "toolformer.world.lab.novel_phrasings", str(tmp_path / "x.json"),
                            "--per-form", "0"], capture_output=True, text=True)
     assert done.returncode != 0 and "--per-form 0: must be at least 1" in done.stderr
 
 
 def test_merge_sweep_needs_a_run_folder(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "merge_sweep.py"), str(tmp_path), "0.5"],
+    done = subprocess.run([sys.executable, "-m", "toolformer.world.lab.merge_sweep", str(tmp_path), "0.5"],
                           capture_output=True, text=True)
     assert done.returncode != 0 and "config.yaml: not found" in done.stderr
 
@@ -86,7 +86,7 @@ def test_merge_sweep_evaluates_each_weight_and_puts_the_run_back(tmp_path, tiny_
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     record = json.loads((run / "model" / "merge.json").read_text())
-    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "merge_sweep.py"), str(run), "1.0", "0.25"],
+    done = subprocess.run([sys.executable, "-m", "toolformer.world.lab.merge_sweep", str(run), "1.0", "0.25"],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.strip().splitlines()

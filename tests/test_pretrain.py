@@ -332,7 +332,7 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
 
 # The demo's base model comes in two phases: data/world-base-start from scratch on the corpus without the extra
 # forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
-# README "Base model").
+# docs/small-world.md, "The base model").
 START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", "pretrain.init_from=",
                    "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3", "pretrain.prefix_space=false",
                    "world.scene_forms=false"]
@@ -356,7 +356,8 @@ def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkey
     cfg = load_config(PipelineConfig, root / "configs" / "demo.yaml", START_OVERRIDES if phase == "start" else [])
     shipped = root / (cfg.pretrain.shipped + ("-start" if phase == "start" else ""))
     record = json.loads((shipped / "pretrain.json").read_text())
-    assert record["key"] == pretrain_key(cfg), f"the demo config changed: retrain {shipped.name} (see README)"
+    assert record["key"] == pretrain_key(cfg), \
+        f"the demo config changed: retrain {shipped.name} (see docs/small-world.md)"
     assert record["steps"] == cfg.pretrain.max_steps
     assert record["model_sha256"] == sha256_file(shipped / "model.safetensors")
     if phase == "demo":
@@ -364,7 +365,7 @@ def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkey
     cfg.run_dir, cfg.world.output_dir = str(tmp_path), ""
     generate_world(cfg)
     assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"]), \
-        f"the world generator changed: retrain {shipped.name} (see README)"
+        f"the world generator changed: retrain {shipped.name} (see docs/small-world.md)"
 
 
 def test_demo_config_has_the_shipped_base_models_key(repo_root):

@@ -7,7 +7,8 @@ a tuned model folder ready to call its tools; it is imported on first use, so
 that ``import toolformer`` does not import torch.
 """
 
-__version__ = "0.1.0"
+from toolformer.version import __version__
+
 __all__ = ["ToolformerModel", "__version__"]
 
 

@@ -14,7 +14,7 @@ not depend on the weights):
   (cold: each automaton state's token mask computed; warm: kept), for BPE
   vocabularies of ~1k and ~32k tokens; with ``--run-config``, generation
   off and on with the run's tuned model on its evaluation sets (the evaluate
-  stage's decoding).
+  stage's decoding): :mod:`toolformer.bench_decoding`.
 
 Run ``python scripts/bench.py --quick`` (or ``toolformer bench --quick``); the
 last line printed is one JSON object.
@@ -27,8 +27,11 @@ import json
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
+
+from toolformer.bench_decoding import bench_constrained, bench_constrained_run
 
 MODELS = {
     # name: (width, layers, heads, vocab)
@@ -36,6 +39,7 @@ MODELS = {
     "small": (256, 4, 4, 1000),  # ~3.4M parameters
     "100m": (768, 12, 12, 32000),  # GPT-2-small shape, ~110M parameters
 }
+_TOK: Any = None  # bench_sample's tokenizer, trained once
 
 
 def build_model(name: str, dtype: torch.dtype, device: torch.device):
@@ -43,9 +47,11 @@ def build_model(name: str, dtype: torch.dtype, device: torch.device):
 
     width, layers, heads, vocab = MODELS[name]
     torch.manual_seed(0)
-    cfg = GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=width, n_layer=layers, n_head=heads, bos_token_id=0,
-                     eos_token_id=0, attn_implementation="sdpa")
-    return GPT2LMHeadModel(cfg).to(device=device, dtype=dtype).eval(), vocab
+    # GPT2Config takes PretrainedConfig's keywords too (attn_implementation) though its signature does not list them.
+    cfg = GPT2Config(vocab_size=vocab, n_positions=1024, n_embd=width, n_layer=layers, n_head=heads,  # type: ignore[call-arg]
+                     bos_token_id=0, eos_token_id=0, attn_implementation="sdpa")
+    model = GPT2LMHeadModel(cfg)
+    return model.to(device=device, dtype=dtype).eval(), vocab  # type: ignore[call-arg]  # to: @wraps(Module.to)
 
 
 def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
@@ -54,7 +60,8 @@ def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
     from toolformer.lm.scoring import LossRequest
 
     rng = random.Random(seed)
-    texts, cands = {}, []
+    texts: dict[str, list[int]] = {}
+    cands: list[tuple[LossRequest, LossRequest, LossRequest]] = []
     d = 0
     while len(cands) < n:
         key = f"d{d}"
@@ -137,7 +144,7 @@ def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
     from toolformer.tools.calls import STYLES
 
     global _TOK
-    if "_TOK" not in globals():
+    if _TOK is None:
         from toolformer.lm.modeling import tiny_tokenizer_texts
 
         _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)  # the repository's data/
@@ -227,108 +234,6 @@ def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     return {"run": cfg.run_dir, "calls": len(records), **out}
 
 
-def bench_constrained(vocab_sizes: list[int], n_prompts: int = 32, new_tokens: int = 32) -> dict:
-    """Constrained generation on ``n_prompts`` corpus prompts with a random model biased to start a call in the
-    first steps (top-k trigger 10; then most steps are inside a call): the whole decoding's seconds, those spent
-    masking (``CallGrammar.restrict``: cold, the masks of each automaton state computed; warm, kept) and their
-    share, for BPE vocabularies of each size."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from toolformer.lm import constrain
-    from toolformer.lm.generate import generate_with_tools
-    from toolformer.lm.modeling import tiny_tokenizer_texts
-    from toolformer.lm.textpos import marker_token_ids
-    from toolformer.lm.tokenizer import train_tokenizer
-    from toolformer.run.folder import read_jsonl
-    from toolformer.tools import build_tool
-    from toolformer.tools.calls import get_style
-    from toolformer.tools.qa import QA
-    from toolformer.tools.sandbox import Sandbox
-
-    rng = random.Random(0)
-    letters = "etaoinshrdlcumwfgypbvkjxqz"
-    # Invented words and numbers, so that BPE finds as many merges as a large vocabulary needs (data/ has ~1k).
-    synthetic = [" ".join("".join(rng.choice(letters[: rng.randint(8, 26)]) for _ in range(rng.randint(2, 9)))
-                          if rng.random() < 0.8 else str(rng.randint(0, 99999)) for _ in range(200))
-                 for _ in range(3000 if max(vocab_sizes) > 1000 else 0)]
-    prompts = [d["text"][:120] for d in read_jsonl(Path("data/corpus.jsonl"), ("text",))][:n_prompts]
-    sandbox = Sandbox({"Calculator": build_tool("Calculator"), "Calendar": build_tool("Calendar"),
-                       "QA": QA("data/knowledge.jsonl")}, timeout_s=30)
-    style = get_style("plain")
-    out: dict = {"prompts": len(prompts), "new_tokens": new_tokens}
-    for size in vocab_sizes:
-        tok = train_tokenizer([*tiny_tokenizer_texts("data"), *synthetic], vocab_size=size)
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_positions=256, n_embd=64, n_layer=2, n_head=2,
-                                           bos_token_id=0, eos_token_id=0, tie_word_embeddings=False)).eval()
-        with torch.no_grad():  # a bias that puts the call-start tokens in the top 10: a call at the first steps
-            model.lm_head.bias = torch.nn.Parameter(torch.zeros(len(tok)))
-            model.lm_head.bias[marker_token_ids(tok, style.start)] = 8.0
-        grammar = constrain.call_grammar(tok, style, sandbox.tools)  # the one generate_with_tools will use
-        masking, rows = [0.0], [0]
-        restrict = grammar.restrict
-
-        def timed_restrict(logits, texts, restrict=restrict, masking=masking, rows=rows):
-            t0 = time.perf_counter()
-            restrict(logits, texts)
-            masking[0] += time.perf_counter() - t0
-            rows[0] += sum(t is not None for t in texts)
-
-        grammar.restrict = timed_restrict  # type: ignore[method-assign]
-        result = {}
-        for mode in ("cold", "warm"):
-            masking[0], rows[0] = 0.0, 0
-            t0 = time.perf_counter()
-            generate_with_tools(model, tok, prompts, sandbox, style, max_new_tokens=new_tokens,
-                                top_k_trigger=10, dates=["2023-01-30"] * len(prompts), batch_size=16,
-                                constrained=True)
-            total = time.perf_counter() - t0
-            # microseconds: warm masking of a small vocabulary takes well under a millisecond
-            result |= {f"seconds_{mode}": round(total, 6), f"masking_seconds_{mode}": round(masking[0], 6),
-                       f"masking_share_{mode}": round(masking[0] / total, 3)}
-        result |= {"rows_masked": rows[0], "masking_us_per_row_warm": round(1e6 * masking[0] / max(1, rows[0]), 1),
-                   "masks": grammar.states_cached}
-        out[f"vocab_{len(tok)}"] = result
-        print(f"vocabulary {len(tok):,}: masking {result['masking_seconds_cold']:.3g} s of "
-              f"{result['seconds_cold']:.3g} s cold ({grammar.states_cached} masks computed), "
-              f"{result['masking_seconds_warm']:.3g} s of {result['seconds_warm']:.3g} s warm "
-              f"({result['masking_us_per_row_warm']} µs per row and step)")
-    return out
-
-
-def bench_constrained_run(config: str, repeats: int = 2) -> dict:
-    """Seconds of the evaluate stage's decoding of the toolformer row on every evaluation set of a finished run,
-    constraints off and on (best of ``repeats``, alternating)."""
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import PipelineConfig
-    from toolformer.lm.generate import generate_with_tools, load_model_folder
-    from toolformer.stages.evaluate import load_tasks, tuned_model_path
-    from toolformer.tools.calls import get_style
-    from toolformer.tools.sandbox import build_sandbox
-
-    cfg = load_config(PipelineConfig, config, [])
-    model, tok = load_model_folder(cfg, tuned_model_path(cfg))
-    sandbox, ev = build_sandbox(cfg), cfg.evaluate
-    out: dict = {"run": cfg.run_dir}
-    for tc, _, data in load_tasks(cfg):
-        prompts = [tc.prompt.replace("{question}", it.question) for it in data.items]
-        secs = {False: float("inf"), True: float("inf")}
-        for _ in range(repeats):
-            for constrained in (False, True):
-                t0 = time.perf_counter()
-                generate_with_tools(model, tok, prompts, sandbox, get_style(cfg.calls.style),
-                                    max_new_tokens=ev.max_new_tokens, top_k_trigger=ev.top_k_trigger,
-                                    max_calls=ev.max_calls, dates=[it.date for it in data.items],
-                                    tools=set(sandbox.tools), batch_size=ev.batch_size, constrained=constrained,
-                                    max_input_chars=cfg.tools.max_input_chars)
-                secs[constrained] = min(secs[constrained], time.perf_counter() - t0)
-        out[tc.name] = {"items": len(prompts), "seconds_off": round(secs[False], 2),
-                        "seconds_on": round(secs[True], 2), "on_over_off": round(secs[True] / secs[False], 2)}
-        print(f"{tc.name}: {len(prompts)} items, off {secs[False]:.2f} s, constrained {secs[True]:.2f} s "
-              f"({secs[True] / secs[False]:.2f}x)")
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="toolformer bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="small", choices=sorted(MODELS), help="model shape built in code")
@@ -413,7 +318,7 @@ def measure(model_name: str, candidates: int, naive_n: int, sample_docs: int, de
         "reference_candidates_per_s": round(reference_cps, 2), "sample_docs_per_s_cache": s_cache and round(s_cache, 2),
         "sample_docs_per_s_no_cache": s_plain and round(s_plain, 2),
         "filter_over_limit": round(filter_tps / limit_tps, 3), "filter_over_naive": round(filter_cps / naive_cps, 1),
-        "sample_cache_speedup": s_cache and round(s_cache / s_plain, 2),
+        "sample_cache_speedup": s_cache and s_plain and round(s_cache / s_plain, 2),
     }
     if profile:
         result["profile"] = profile_filter(scorer, requests, texts, device)

@@ -33,10 +33,13 @@ against the ``toolformer`` row.
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
 from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
@@ -52,7 +55,8 @@ def chained_row(cfg: PipelineConfig) -> str | None:
 
 
 def demo_rows(cfg: PipelineConfig) -> tuple[str, ...]:
-    return ROWS + ((chained_row(cfg),) if cfg.demo.max_calls_row else ()) + tuple(round2_configs(cfg))
+    chained = chained_row(cfg)
+    return ROWS + ((chained,) if chained is not None else ()) + tuple(round2_configs(cfg))
 
 
 def round2_configs(cfg: PipelineConfig) -> dict[str, PipelineConfig]:
@@ -233,39 +237,43 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
+Timed = Callable[[str, Callable[[], Any]], Any]
+"""``timed(name, fn)``: ``fn()``, its wall time recorded under ``name``."""
+
+
+def _round1(cfg: PipelineConfig, force: bool, timed: Timed) -> PipelineConfig:
+    """Round 1 on the world: sample, execute, filter, chain, build and finetune; returns its config (the
+    evaluate rows of the control model and, with ``demo.max_calls_row``, the chained-calls row added)."""
     from toolformer.stages import run_stage
-    from toolformer.world.generator import ensure_world
-    from toolformer.world.pretrain import pretrain_base_model
 
-    walls: dict[str, float] = {}
-    t_all = time.perf_counter()
-
-    def timed(name, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        walls[name] = round(time.perf_counter() - t0, 1)
-        return out
-
-    timed("world", lambda: ensure_world(cfg, force=force))
-    timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
     wcfg = world_config(cfg)
     wcfg.evaluate.extra_models = [ExtraModel(name="control", path=str(Path(cfg.run_dir) / "control" / "model"))]
-    if cfg.demo.max_calls_row:  # the tuned model again, allowed chained calls: a later call may copy an earlier result
-        wcfg.evaluate.extra_models.append(ExtraModel(name=chained_row(cfg), path=str(Path(cfg.run_dir) / "model"),
+    chained = chained_row(cfg)
+    if chained is not None:  # the tuned model again, allowed chained calls: a later call may copy an earlier result
+        wcfg.evaluate.extra_models.append(ExtraModel(name=chained, path=str(Path(cfg.run_dir) / "model"),
                                                      tools=True, max_calls=cfg.demo.max_calls_row))
     save_resolved_config(wcfg)
     for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
-        timed(stage, lambda s=stage: run_stage(s, wcfg, force=force))
+        timed(stage, functools.partial(run_stage, stage, wcfg, force=force))
+    return wcfg
 
-    # The paper's "+ CC" row: the same documents, fine-tuned the same way, without calls.
+
+def _control(cfg: PipelineConfig, wcfg: PipelineConfig, force: bool, timed: Timed) -> None:
+    """The paper's "+ CC" row: the same documents, fine-tuned the same way, without calls."""
+    from toolformer.stages import run_stage
+
     ccfg = copy.deepcopy(wcfg)
     ccfg.run_dir = str(Path(cfg.run_dir) / "control")
     ccfg.finetune.dataset = str(timed("control data", lambda: control_dataset(wcfg)))
     ccfg.finetune.output_dir = str(Path(ccfg.run_dir) / "model")
     timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
 
-    # Round 2 of self-training: the round-1 model proposes, the base model is tuned again (demo.rounds 2).
+
+def _round2(wcfg: PipelineConfig, force: bool, timed: Timed) -> None:
+    """Round 2 of self-training (demo.rounds 2): the round-1 model proposes, the base model is tuned again, per
+    judge; each tuned model becomes an evaluate row of ``wcfg``."""
+    from toolformer.stages import run_stage
+
     first = None
     for name, rcfg in round2_configs(wcfg).items():
         save_resolved_config(rcfg)
@@ -273,21 +281,20 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
             reuse_stages(first, rcfg.run_dir, ("sample", "execute"))
         first = first or rcfg.run_dir
         for stage in ("sample", "execute", "filter", "chain"):
-            timed(f"{name} {stage}", lambda s=stage, c=rcfg: run_stage(s, c, force=force))
+            timed(f"{name} {stage}", functools.partial(run_stage, stage, rcfg, force=force))
         if not kept_in(rcfg.run_dir):
             print(f"{name}: the filter kept no call in round 2, so there is nothing to tune on; the row is not run")
             continue
         for stage in ("build", "finetune"):
-            timed(f"{name} {stage}", lambda s=stage, c=rcfg: run_stage(s, c, force=force))
+            timed(f"{name} {stage}", functools.partial(run_stage, stage, rcfg, force=force))
         wcfg.evaluate.extra_models.append(ExtraModel(name=name, path=rcfg.finetune.output_dir, tools=True))
     if wcfg.demo.rounds > 1:
         save_resolved_config(wcfg)  # its evaluate rows now hold the round-2 models
 
-    timed("evaluate", lambda: run_stage("evaluate", wcfg, force=force))
-    timed("inspect", lambda: run_stage("inspect", wcfg, force=force))
-    walls["total"] = round(time.perf_counter() - t_all, 1)
-    results = summarise(wcfg, walls)
-    atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
+
+def _print_results(results: dict, walls: dict[str, float]) -> None:
+    """The results table, the kept calls, the merge, the chain rounds, the gold checks, round 2, the chained
+    calls and the wall times, as the demo ends."""
     print("\n" + table(results))
     print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
     if results["merge"] != 1.0:
@@ -314,5 +321,33 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
               f"their {ch['calls']:,} calls {precision} right against gold; {ch['gold_documents_chained']:,} of the "
               f"{ch['gold_documents']:,} corpus documents whose gold calls chain got a chain")
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()))
+
+
+def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
+    """The demo into ``cfg.run_dir`` (see the module docstring); returns what ``RUN_DIR/results.json`` holds."""
+    from toolformer.stages import run_stage
+    from toolformer.world.generator import ensure_world
+    from toolformer.world.pretrain import pretrain_base_model
+
+    walls: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        walls[name] = round(time.perf_counter() - t0, 1)
+        return out
+
+    timed("world", lambda: ensure_world(cfg, force=force))
+    timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
+    wcfg = _round1(cfg, force, timed)
+    _control(cfg, wcfg, force, timed)
+    _round2(wcfg, force, timed)
+    timed("evaluate", lambda: run_stage("evaluate", wcfg, force=force))
+    timed("inspect", lambda: run_stage("inspect", wcfg, force=force))
+    walls["total"] = round(time.perf_counter() - t_all, 1)
+    results = summarise(wcfg, walls)
+    atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
+    _print_results(results, walls)
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
     return results

@@ -107,16 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    sizes = ({"model": "tiny", "candidates": 300, "naive_n": 10, "sample_docs": 4, "precision_n": 100, "steps": 3}
-             if a.cpu else
-             {"model": "100m", "candidates": 2000, "naive_n": 40, "sample_docs": 16, "precision_n": 500, "steps": 20})
-    result = {
+    model = "tiny" if a.cpu else "100m"
+    sizes = ({"candidates": 300, "naive_n": 10, "sample_docs": 4, "precision_n": 100, "steps": 3} if a.cpu else
+             {"candidates": 2000, "naive_n": 40, "sample_docs": 16, "precision_n": 500, "steps": 20})
+    result: dict[str, object] = {
         "device": torch.cuda.get_device_name(0) if device.type == "cuda" else "cpu",
         "torch": torch.__version__,
         "date": time.strftime("%Y-%m-%d"),
-        "bench": bench.measure(sizes["model"], sizes["candidates"], sizes["naive_n"], sizes["sample_docs"],
-                               device, dtype),
-        "precision": precision_shift(sizes["model"], sizes["precision_n"], 1.0, device),
+        "bench": bench.measure(model, sizes["candidates"], sizes["naive_n"], sizes["sample_docs"], device, dtype),
+        "precision": precision_shift(model, sizes["precision_n"], 1.0, device),
         "finetune": finetune_step_time(device, dtype, sizes["steps"], 32, 128),
     }
     peak = (torch.cuda.max_memory_allocated() / 2**20 if device.type == "cuda"

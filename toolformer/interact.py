@@ -130,7 +130,7 @@ def call_summary(call: dict) -> str:
 
 def load(args, command: str, warn) -> ToolformerModel:
     """The model folder of ``--model`` with ``--config`` and the settings after ``--set``."""
-    tools = [] if args.disabled and command == "generate" else None  # chat may turn calls on again
+    tools: list[str] | None = [] if args.disabled and command == "generate" else None  # chat may turn calls on again
     tf = ToolformerModel.from_pretrained(args.model, config=args.config, overrides=args.overrides, tools=tools,
                                          warn=warn, trust_folder_tools=args.trust_folder_tools)
     set_threads(tf.config.model.threads)

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from typing import cast
 
-from toolformer import __version__
 from toolformer.config.schema import PipelineConfig
 from toolformer.tools import build_tools, catalogue
 from toolformer.tools.sandbox import build_sandbox
+from toolformer.version import __version__
 
 
 def serve(cfg: PipelineConfig) -> int:
@@ -34,21 +35,21 @@ def serve(cfg: PipelineConfig) -> int:
 
     tools = build_tools(cfg.tools)
     sandbox = build_sandbox(cfg, tools)
-    listed = catalogue(tools, "mcp")["tools"]
+    listed = cast(dict, catalogue(tools, "mcp"))["tools"]  # the mcp format is a tools/list result
 
     async def list_tools(ctx, params) -> types.ListToolsResult:
         return types.ListToolsResult(tools=[types.Tool(name=t["name"], description=t["description"],
-                                                       inputSchema=t["inputSchema"],
+                                                       input_schema=t["inputSchema"],
                                                        annotations=types.ToolAnnotations(**t["annotations"]))
                                             for t in listed])
 
     async def call_tool(ctx, params) -> types.CallToolResult:
         arguments = {} if params.arguments is None else params.arguments
         outcome = await anyio.to_thread.run_sync(sandbox.call, params.name, arguments, dt.date.today().isoformat())
-        if outcome.ok:
+        if outcome.result is not None:  # ok
             return types.CallToolResult(content=[types.TextContent(text=outcome.result)])
-        return types.CallToolResult(content=[types.TextContent(text=json.dumps(outcome.error))], isError=True,
-                                    structuredContent=outcome.error)
+        return types.CallToolResult(content=[types.TextContent(text=json.dumps(outcome.error))], is_error=True,
+                                    structured_content=outcome.error)
 
     server = Server("toolformer", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 

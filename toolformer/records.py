@@ -94,6 +94,11 @@ def margin(record: dict) -> float | None:
     return None if lm is None or lp is None else float(lm) - float(lp)
 
 
+def scored_margin(record: dict) -> float:
+    """:func:`margin` of a record known to have both losses (a kept call has them: :data:`KEPT_REQUIRED`)."""
+    return float(record["loss_minus"]) - float(record["loss_plus"])
+
+
 def fields(record: type) -> dict[str, tuple[object, str]]:
     """name -> (type, meaning) of a record type, in declaration order (bases first)."""
     hints = typing.get_type_hints(record, include_extras=True)

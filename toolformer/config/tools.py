@@ -3,17 +3,22 @@ section; :mod:`toolformer.config.schema` holds the whole config)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from toolformer.config.load import above, at_least
 
+# The config names what the layers below it implement, so that it imports none of them (CONTRIBUTING.md,
+# "Layout"); tests/test_layout.py keeps these names equal to the registries.
+BUILTIN_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA", "MT")
+"""The built-in tools by name (their classes are `toolformer.tools.REGISTRY`)."""
+CALL_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
+"""What a call can name: letters, digits and `_`, in parts joined by dots (`words.lookup`, an MCP server's tool);
+`toolformer.tools.calls` parses calls with it."""
+
 
 def _call_name(name: str) -> bool:
-    """A name a call can write (`toolformer.tools.calls.CALL_NAME`)."""
-    import re
-
-    from toolformer.tools.calls import CALL_NAME
-
+    """A name a call can write (:data:`CALL_NAME`)."""
     return re.fullmatch(CALL_NAME, name) is not None
 
 
@@ -118,8 +123,6 @@ class ToolsConfig:
     """MCP servers whose allowed tools join the tools, started over stdio with the official MCP SDK."""
 
     def validate(self) -> None:
-        from toolformer.tools import REGISTRY
-
         above(self, 0.0, "timeout_s")
         at_least(self, 1, "search_top_k", "snippet_chars", "max_input_chars", "max_result_chars", "concurrency")
         for tool, n in self.per_tool_concurrency.items():
@@ -131,7 +134,7 @@ class ToolsConfig:
                 raise ValueError(f"mcp_servers[{i}].name: {server.name!r} is used by another server")
             for tool in server.allow:
                 name = server.call_name(tool)
-                if name in REGISTRY or name in seen:
+                if name in BUILTIN_TOOLS or name in seen:
                     raise ValueError(f"mcp_servers[{i}].allow: {tool!r} is called {name!r}, which "
-                                     f"{'a built-in tool' if name in REGISTRY else seen[name]} is called already")
+                                     f"{'a built-in tool' if name in BUILTIN_TOOLS else seen[name]} is called already")
                 seen[name] = f"mcp_servers[{i}] ({server.name}) tool {tool!r}"

@@ -60,7 +60,8 @@ class WorldConfig:
     - and / the larger number first."""
     cue_number_first: float = 0.0
     """Pre-training: share of the cue-call problems that start with their first number (the others start with a
-    town or a person). Tried against divisors that open a prompt and are miscopied; it did not help (README)."""
+    town or a person). Tried against divisors that open a prompt and are miscopied; it did not help
+    (docs/lab-notes.md)."""
     rewrite_share: float = 0.0
     """Pre-training: share of the quiz questions of copycall documents with about half their small words replaced
     by random ones (the rest scrambled): a question no form writes, copied word for word into its call."""

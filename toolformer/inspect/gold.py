@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 from toolformer.inspect.view import in_context, read_stage
 from toolformer.records import margin
@@ -19,6 +20,12 @@ from toolformer.run.folder import GOLD_CALLS, read_documents
 GOLD_TOLERANCE = 3
 GOLD_EXAMPLES = 20  # wrong kept calls listed per tool, largest L⁻ − L⁺ first
 NUMERIC_TOOLS = ("Calculator",)  # results compared as numbers ("561" == "561.0")
+
+
+def _margin_or_lowest(record: dict) -> float:
+    """L⁻ − L⁺ of ``record``, or minus infinity without its losses (it sorts last)."""
+    m = margin(record)
+    return float("-inf") if m is None else m
 
 
 def same_result(tool: str, a, b) -> bool:
@@ -44,6 +51,49 @@ def _nearest_gold(rec: dict, golds: list[dict], tolerance: int) -> dict | None:
     near = [g for g in golds if g["tool"] == rec["tool"] and distance(g) <= tolerance]
     return min(near, key=lambda g: (not same_result(rec["tool"], g["result"], rec.get("result")), distance(g)),
                default=None)
+
+
+def _judge_calls(calls: list[dict], annotated: dict[str, list[dict]], per_tool: dict[str, dict],
+                 tolerance: int) -> tuple[dict[str, int], dict[str, list[tuple[dict, dict | None]]]]:
+    """Count every call of ``calls`` in an annotated document into ``per_tool`` (candidates and kept, right or
+    not); returns the kept calls of tools without gold calls per tool (those with any) and, per tool, the
+    wrong kept calls with their nearest gold call."""
+    no_gold: dict[str, int] = {}
+    wrong: dict[str, list[tuple[dict, dict | None]]] = {t: [] for t in per_tool}
+    for r in calls:
+        if r["doc_id"] not in annotated:
+            continue
+        if r["tool"] not in per_tool:
+            no_gold[r["tool"]] = no_gold.get(r["tool"], 0) + bool(r.get("kept"))
+            continue
+        g = _nearest_gold(r, annotated[r["doc_id"]], tolerance)
+        right = g is not None and same_result(r["tool"], g["result"], r.get("result"))
+        c = per_tool[r["tool"]]
+        c["candidates"] += 1
+        c["candidates_right"] += right
+        if r.get("kept"):
+            c["kept"] += 1
+            c["kept_right"] += right
+            if not right:
+                wrong[r["tool"]].append((r, g))
+    return {t: n for t, n in no_gold.items() if n}, wrong
+
+
+def _count_gold(kept: list[dict], annotated: dict[str, list[dict]], per_tool: dict[str, dict],
+                tolerance: int) -> None:
+    """Count every gold call into ``per_tool``: with a kept call of its tool within ``tolerance`` characters,
+    and with one that has its result."""
+    kept_at: dict[tuple[str, str], list[dict]] = {}
+    for r in kept:
+        kept_at.setdefault((r["doc_id"], r["tool"]), []).append(r)
+    for doc_id, golds in annotated.items():
+        for g in golds:
+            near = [r for r in kept_at.get((doc_id, g["tool"]), [])
+                    if abs(int(r["char_start"]) - int(g["char_start"])) <= tolerance]
+            c = per_tool[g["tool"]]
+            c["gold"] += 1
+            c["gold_with_kept"] += bool(near)
+            c["gold_with_right_kept"] += any(same_result(g["tool"], g["result"], r.get("result")) for r in near)
 
 
 def match_gold(calls: list[dict], documents: dict[str, dict], tolerance: int = GOLD_TOLERANCE) -> dict | None:
@@ -72,46 +122,18 @@ def match_gold(calls: list[dict], documents: dict[str, dict], tolerance: int = G
     if not gold_tools:
         return None
     kept = [r for r in calls if r.get("kept") and r["doc_id"] in annotated]
-    per_tool = {t: dict.fromkeys(("candidates", "candidates_right", "kept", "kept_right", "gold", "gold_with_kept",
-                                  "gold_with_right_kept"), 0)
-                for t in gold_tools}
-    no_gold: dict[str, int] = {}
-    wrong: dict[str, list[tuple[dict, dict | None]]] = {t: [] for t in gold_tools}
-    for r in calls:
-        if r["doc_id"] not in annotated:
-            continue
-        if r["tool"] not in per_tool:
-            no_gold[r["tool"]] = no_gold.get(r["tool"], 0) + bool(r.get("kept"))
-            continue
-        g = _nearest_gold(r, annotated[r["doc_id"]], tolerance)
-        right = g is not None and same_result(r["tool"], g["result"], r.get("result"))
-        c = per_tool[r["tool"]]
-        c["candidates"] += 1
-        c["candidates_right"] += right
-        if r.get("kept"):
-            c["kept"] += 1
-            c["kept_right"] += right
-            if not right:
-                wrong[r["tool"]].append((r, g))
-    kept_at: dict[tuple[str, str], list[dict]] = {}
-    for r in kept:
-        kept_at.setdefault((r["doc_id"], r["tool"]), []).append(r)
-    for doc_id, golds in annotated.items():
-        for g in golds:
-            near = [r for r in kept_at.get((doc_id, g["tool"]), [])
-                    if abs(int(r["char_start"]) - int(g["char_start"])) <= tolerance]
-            c = per_tool[g["tool"]]
-            c["gold"] += 1
-            c["gold_with_kept"] += bool(near)
-            c["gold_with_right_kept"] += any(same_result(g["tool"], g["result"], r.get("result")) for r in near)
-    no_gold = {t: n for t, n in no_gold.items() if n}
+    counters = ("candidates", "candidates_right", "kept", "kept_right", "gold", "gold_with_kept",
+                "gold_with_right_kept")
+    per_tool: dict[str, dict[str, Any]] = {t: dict.fromkeys(counters, 0) for t in gold_tools}  # + the ratios
+    no_gold, wrong = _judge_calls(calls, annotated, per_tool, tolerance)
+    _count_gold(kept, annotated, per_tool, tolerance)
     for c in per_tool.values():
         c["candidate_precision"] = c["candidates_right"] / c["candidates"] if c["candidates"] else None
         c["precision"] = c["kept_right"] / c["kept"] if c["kept"] else None
         c["recall"] = c["gold_with_kept"] / c["gold"]
         c["recall_right"] = c["gold_with_right_kept"] / c["gold"]
     for pairs in wrong.values():
-        pairs.sort(key=lambda p: margin(p[0]) if margin(p[0]) is not None else float("-inf"), reverse=True)
+        pairs.sort(key=lambda p: _margin_or_lowest(p[0]), reverse=True)
     return {"tolerance": tolerance, "documents": len(annotated), "per_tool": per_tool, "no_gold": no_gold,
             "wrong": wrong}
 

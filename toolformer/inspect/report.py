@@ -93,7 +93,8 @@ def margin_histogram(tool: str, calls: list[dict], tau: float | None, bins: int)
     fig = Figure(figsize=(6.4, 3.2), dpi=100)
     FigureCanvasAgg(fig)  # Agg canvas without pyplot: no global backend state
     ax = fig.add_subplot()
-    ax.hist([rejected, kept], bins=edges, stacked=True, color=["#d9776b", "#4caf50"], label=["rejected", "kept"])
+    ax.hist([rejected, kept], bins=edges.tolist(), stacked=True, color=["#d9776b", "#4caf50"],
+            label=["rejected", "kept"])
     if tau is not None:
         ax.axvline(tau, color="black", linestyle="--", linewidth=1.2, label=f"tau_f = {tau:g}")
     ax.set_xlabel(r"$L^- - L^+$")
@@ -225,6 +226,8 @@ def gold_html(ins: Inspection) -> str:
     wrong kept calls in their sentence beside the gold call they were compared
     against."""
     g = ins.gold
+    if g is None:  # no document has gold calls
+        return ""
     tools = [t for t in ins.tools if t in g["per_tool"]]
     rows = []
     for tool in tools:

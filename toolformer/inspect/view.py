@@ -19,7 +19,7 @@ import numpy as np
 
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.records import margin, required
+from toolformer.records import margin, required, scored_margin
 from toolformer.run.folder import DOCUMENTS, MANIFEST, read_jsonl
 
 CALL_STAGES = ("sample", "execute", "filter")
@@ -187,7 +187,7 @@ def compute_funnel(view: RunView) -> dict:
                          ("filter", len(f_recs) if filt.state == "complete" else None)):
             if n is not None and cands is not None and sample.state == "complete" and n != cands:
                 warnings.append(f"{later}: {tool}: {n:,} records but sample has {cands:,} candidates")
-        taus = {r.get("tau_filter") for r in f_recs if r.get("tau_filter") is not None}
+        taus = {t for r in f_recs if (t := r.get("tau_filter")) is not None}
         wrong = sum(bool(r["kept"]) != (margin(r) is not None and margin(r) >= r["tau_filter"] - 1e-9)
                     for r in f_recs if r.get("tau_filter") is not None)
         if wrong:
@@ -255,7 +255,7 @@ def ranking(calls: list[dict], n: int, kept: str = "all") -> tuple[list[dict], l
     repeats a call of the top list."""
     want = kept != "no"
     pool = sorted((r for r in calls if margin(r) is not None and bool(r.get("kept")) == want),
-                  key=margin, reverse=True)
+                  key=scored_margin, reverse=True)
     top = pool[:n]
     bottom = pool[max(n, len(pool) - n):][::-1]
     return top, bottom

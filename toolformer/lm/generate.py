@@ -129,7 +129,7 @@ class _Decoder:
             picked = torch.multinomial(probs, 1).squeeze(1)  # (B,)
         else:
             picked = logits.argmax(dim=-1)  # (B,)
-        picked = picked.tolist()
+        chosen: list[int] = picked.tolist()
         if not self.disabled and self.top_k > 0:
             top = logits.topk(min(self.top_k, logits.shape[-1]), dim=-1).indices.tolist()  # (B, k)
             starts = set(self.start_ids)
@@ -138,8 +138,8 @@ class _Decoder:
                     # The best-ranked call-start token in the top k, if any, starts a call.
                     hit = next((t for t in top[b] if t in starts), None)
                     if hit is not None:
-                        picked[b] = hit
-        return picked
+                        chosen[b] = hit
+        return chosen
 
     def step(self, row: DecodeState, token: int) -> None:
         """Append the chosen ``token`` (or the next inserted one) to ``row``."""

@@ -7,8 +7,8 @@ what the start did on inputs unlike the fine-tuning data (Wortsman et al.,
 2022, "Robust fine-tuning of zero-shot models", WiSE-FT). On the small world
 the tuned model learns when to call from the kept calls of the training
 phrasings and, with it, their operations and word order; the base model's
-copying into a call generalises to held-out phrasings better (README, "The
-small world").
+copying into a call generalises to held-out phrasings better
+(docs/lab-notes.md).
 
 A merged model folder keeps the weights as trained in ``tuned/`` (config and
 weight files) and records the merge in ``merge.json``: alpha, the base model,
@@ -155,9 +155,9 @@ def merge_folder(folder: str | Path, base_path: str, alpha: float, tokenizer=Non
         return None
     if not merged_before:
         _copy_tuned(folder)  # freshly trained weights: they are the tuned model from now on
-    tuned_digest = record["tuned_sha256"] if merged_before else current
-    if (merged_before and current == record.get("merged_sha256") and record.get("alpha") == alpha
-            and record.get("base") == base_path):
+    tuned_digest = record["tuned_sha256"] if record is not None and merged_before else current
+    if (record is not None and merged_before and current == record.get("merged_sha256")
+            and record.get("alpha") == alpha and record.get("base") == base_path):
         return record  # this merge is what the folder holds
     tuned = load_model(str(folder / TUNED_DIR), torch.device("cpu"), torch.float32, tokenizer)
     base = load_model(base_path, torch.device("cpu"), torch.float32, tokenizer)

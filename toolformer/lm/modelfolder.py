@@ -144,10 +144,10 @@ def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_
     """Write ``OUT/toolformer.json`` for a model tuned with ``cfg`` (a PipelineConfig):
     its call style, tools (data copied up to ``max_mb`` MB each), the decoding
     rule of ``cfg.evaluate``. Returns the record."""
-    from toolformer import __version__
     from toolformer.run.folder import atomic_write_text
     from toolformer.run.inputs import TOOL_DATA
     from toolformer.tools.calls import get_style
+    from toolformer.version import __version__
 
     out = Path(out)
     style = get_style(cfg.calls.style)

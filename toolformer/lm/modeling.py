@@ -84,9 +84,11 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
         raise ValueError("model.path: no model configured")
     _check_local(path, "model")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+    # The ignores: torch types a module's attribute as Tensor | Module, and transformers wraps `to` (@wraps of
+    # Module.to), which mypy reads as an unbound function.
+    if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
         model.resize_token_embeddings(len(tokenizer))  # call tokens were added
-    return model.to(device).eval()
+    return model.to(device).eval()  # type: ignore[arg-type]
 
 
 def load(model_cfg, calls_cfg=None):

@@ -25,7 +25,7 @@ IGNORE_INDEX = -100
 
 
 def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1000,
-                   whole_documents: bool = False) -> torch.LongTensor:
+                   whole_documents: bool = False) -> torch.Tensor:
     """Concatenate documents, each preceded by the BOS (or end-of-text) token,
     and cut the stream into rows of ``seq_len`` tokens.
 

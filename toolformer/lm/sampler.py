@@ -86,7 +86,9 @@ def batches_by_budget(lengths: list[int], budget: int, rows: list[int] | None = 
     """Indices grouped so that rows × longest row ≤ budget (sorted by length).
     Item k stands for ``rows[k]`` rows of ``lengths[k]`` tokens (default one)."""
     order = sorted(range(len(lengths)), key=lambda k: lengths[k])
-    groups, cur, longest, n = [], [], 0, 0
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    longest, n = 0, 0
     for k in order:
         size = rows[k] if rows is not None else 1
         longest_new = max(longest, lengths[k])
@@ -112,7 +114,7 @@ class Sampler:
         if self.free and not bos:
             raise ValueError("sample.prompt=none: the tokenizer has no BOS token, so nothing comes before the first "
                              "position of a document to score it from")
-        self.parts = PromptParts(list(bos), "") if self.free else prompt_parts(tokenizer, prompt, bos)
+        self.parts = PromptParts(list(bos), "") if prompt is None else prompt_parts(tokenizer, prompt, bos)
         # without a prompt each row is [BOS] + x: p_1 needs the logits at BOS, so BOS is not cached apart
         self.prefix = PrefixCache(model, self.parts.preamble_ids) if reuse_cache and not self.free else None
         self.start_ids = marker_token_ids(tokenizer, style.start)

@@ -204,6 +204,7 @@ class LossScorer:
     def _score_shared(self, rows: list[ScoringSequence], prefixes: list[int], groups: list[list[int]],
                       loss: torch.Tensor) -> None:
         """Run each shared prefix once (use_cache), then every row's rest after its prefix's cache."""
+        assert self.split is not None  # share_prefixes needs the split model
         body, lm_head = self.split
         prefix_seqs = [rows[g].ids[: rows[g].shared] for g in prefixes]
         h_ids, h_mask = _left_pad(prefix_seqs, self.pad_id, self.device)

@@ -28,8 +28,9 @@ def set_prefix_space(tokenizer) -> None:
 
     Without it the first number of a prompt is ``5 1`` and the same number later is `` `` ``5 1`` (or ``" 5"``
     ``1``): a small model that learned to copy numbers from after a space did not copy a prompt's first number
-    into a call (README, "A space before the first word"). The normalizer is saved in ``tokenizer.json``, so any
-    code loading the folder encodes the same way; decoding keeps the space (a generated continuation needs it).
+    into a call (docs/lab-notes.md, "A space before the first word"). The normalizer is saved in
+    ``tokenizer.json``, so any code loading the folder encodes the same way; decoding keeps the space (a
+    generated continuation needs it).
     """
     from tokenizers import normalizers
 

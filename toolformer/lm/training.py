@@ -5,7 +5,8 @@ pre-train the small world's base model from scratch. It is a short loop rather
 than the HF ``Trainer``, which ran about 10 % slower per step on the tiny model:
 :class:`Trainer` (setup, optimizer step, evaluation, checkpoints, finish), run
 by :func:`train_causal_lm`; its settings are :class:`TrainArgs`, built from
-``FinetuneConfig`` by the finetune stage.
+``FinetuneConfig`` by the finetune stage (:mod:`toolformer.lm.trainargs`); what it
+writes, checkpoints and the model, is in :mod:`toolformer.lm.checkpoints`.
 
 * Data: :func:`~toolformer.lm.rows.pack_sequences` turns documents into rows of ``seq_len`` tokens.
   The order of rows is a function of the optimizer step alone (a seeded
@@ -35,111 +36,35 @@ by :func:`train_causal_lm`; its settings are :class:`TrainArgs`, built from
 from __future__ import annotations
 
 import json
-import math
-import os
-import re
 import shutil
 import signal
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm import tqdm
 
-from toolformer.config.schema import FinetuneConfig, check_training_choices
+from toolformer.lm.checkpoints import (  # noqa: F401 (CHECKPOINTS..RUN_KEY: importable from here as before)
+    CHECKPOINT_STATE,
+    CHECKPOINTS,
+    MODEL_TMP,
+    RUN_KEY,
+    checkpoint_dirs,
+    prepare_checkpoints,
+    save_checkpoint,
+    save_whole,
+)
 from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, evaluate_perplexity
+from toolformer.lm.trainargs import TrainArgs, freeze, lr_factor, mixed_precision, save_dtype  # noqa: F401 (as before)
 from toolformer.run import stops
-from toolformer.run.folder import atomic_write_text, disk_full, disk_full_error, fault_point
+from toolformer.run.folder import atomic_write_text, fault_point
 from toolformer.run.parallel import use_cpu
 
-CHECKPOINTS = "checkpoints"
 TRAINER_STATE = "trainer_state.json"
-CHECKPOINT_STATE = "state.json"  # written last into a checkpoint: its presence means complete
-RUN_KEY = "run_key.json"
-MODEL_TMP = ".model-tmp"  # save_pretrained writes here; the files are then renamed into the output folder
-
-
-_FT = FinetuneConfig()  # the defaults of the loop's settings: declared once, in the fine-tune config
-
-
-@dataclass
-class TrainArgs:
-    """The loop's settings: the training fields of :class:`~toolformer.config.schema.FinetuneConfig`
-    (their meaning and defaults are declared there) and the seed of the row order and dropout.
-    Stages build it with :meth:`from_config`; the small world's pre-training sets its own values."""
-
-    learning_rate: float = _FT.learning_rate
-    warmup_ratio: float = _FT.warmup_ratio
-    schedule: str = _FT.schedule
-    batch_size: int = _FT.batch_size
-    micro_batch_size: int = _FT.micro_batch_size
-    max_steps: int = _FT.max_steps
-    eval_every: int = _FT.eval_every
-    save_every: int = _FT.save_every
-    keep_checkpoints: int = _FT.keep_checkpoints
-    weight_decay: float = _FT.weight_decay
-    grad_clip: float = _FT.grad_clip
-    dtype: str = _FT.dtype
-    seed: int = 0
-    gradient_checkpointing: bool = _FT.gradient_checkpointing
-    log_every: int = _FT.log_every
-    save_dtype: str = _FT.save_dtype
-
-    @classmethod
-    def from_config(cls, fc: FinetuneConfig, **overrides) -> TrainArgs:
-        """The loop's fields of ``fc``; ``overrides`` (e.g. ``seed``) replace any of them."""
-        values = {f.name: getattr(fc, f.name) for f in fields(cls) if hasattr(fc, f.name)}
-        return cls(**{**values, **overrides})
-
-    def validate(self) -> None:
-        check_training_choices(self.schedule, self.dtype, self.save_dtype)
-        for name in ("batch_size", "micro_batch_size", "max_steps", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")
-
-
-def lr_factor(step: int, args: TrainArgs) -> float:
-    """Multiplier of the peak learning rate for optimizer step ``step`` (0-based)."""
-    warmup = round(args.warmup_ratio * args.max_steps)
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = (step - warmup) / max(1, args.max_steps - warmup)  # in [0, 1)
-    if args.schedule == "cosine":
-        return 0.5 * (1.0 + math.cos(math.pi * progress))
-    return 1.0 - progress
-
-
-def _mixed_precision(dtype: str) -> str:
-    if dtype == "auto":
-        return "bf16" if torch.cuda.is_available() else "no"
-    return {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}[dtype]
-
-
-def save_dtype(args: TrainArgs) -> torch.dtype:
-    """The dtype the tuned weights are saved in: ``save_dtype``, or with auto the training precision."""
-    if args.save_dtype != "auto":
-        return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.save_dtype]
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(_mixed_precision(args.dtype), torch.float32)
-
-
-def freeze(model, patterns: list[str], key: str = "finetune.freeze") -> tuple[int, int]:
-    """Stop the gradient of every parameter whose name ``re.search``-matches one of ``patterns``; returns the
-    numbers of frozen and of all parameter values. A pattern that matches nothing, or freezing everything, is
-    an error naming ``key``."""
-    named = list(model.named_parameters())
-    for i, pattern in enumerate(patterns):
-        if not any(re.search(pattern, name) for name, _ in named):
-            raise ValueError(f"{key}[{i}]: {pattern!r} matches no parameter (they are named like {named[0][0]!r})")
-    chosen = [p for name, p in named if any(re.search(pattern, name) for pattern in patterns)]
-    frozen, total = sum(p.numel() for p in chosen), sum(p.numel() for _, p in named)
-    if patterns and frozen == total:
-        raise ValueError(f"{key}: {patterns} freezes every parameter; nothing would be trained")
-    for p in chosen:
-        p.requires_grad_(False)
-    return frozen, total
 
 
 def _param_groups(model, weight_decay: float) -> list[dict]:
@@ -153,7 +78,8 @@ class RowOrder:
     (seed, e), so the rows of any step are known without replaying the run."""
 
     def __init__(self, n_rows: int, seed: int):
-        self.n, self.seed, self._perms = n_rows, seed, {}
+        self.n, self.seed = n_rows, seed
+        self._perms: dict[int, torch.Tensor] = {}
 
     def _perm(self, epoch: int) -> torch.Tensor:
         if epoch not in self._perms:
@@ -164,13 +90,6 @@ class RowOrder:
     def take(self, start: int, count: int) -> torch.Tensor:
         """Indices of stream positions start .. start + count - 1."""
         return torch.stack([self._perm(q // self.n)[q % self.n] for q in range(start, start + count)])
-
-
-def checkpoint_dirs(output_dir: Path) -> list[Path]:
-    """Complete checkpoints, oldest first."""
-    root = output_dir / CHECKPOINTS
-    found = [p for p in root.glob("step-*") if (p / CHECKPOINT_STATE).exists()] if root.exists() else []
-    return sorted(found, key=lambda p: int(p.name.split("-")[1]))
 
 
 class Trainer:
@@ -190,7 +109,7 @@ class Trainer:
         self.train_weights = train_weights
         self.model, self.train, self.dev, self.args = model, train, dev, args
         self.output_dir, self.tokenizer, self.on_step = Path(output_dir), tokenizer, on_step
-        self.accelerator = Accelerator(mixed_precision=_mixed_precision(args.dtype), cpu=use_cpu())
+        self.accelerator = Accelerator(mixed_precision=mixed_precision(args.dtype), cpu=use_cpu())
         self.main = self.accelerator.is_main_process
         self.world = self.accelerator.num_processes
         self.accum = max(1, args.batch_size // (args.micro_batch_size * self.world))
@@ -201,14 +120,16 @@ class Trainer:
         self.pad_id = tokenizer.pad_token_id if tokenizer is not None and tokenizer.pad_token_id is not None else 0
         self.has_dev = dev is not None and len(dev) > 0
         self.order = RowOrder(len(train), args.seed)
-        self.step, self.history, self.best = 0, [], {"dev_perplexity": None, "step": None}
+        self.step = 0
+        self.history: list[dict] = []  # the log and dev records, one per step logged or evaluated
+        self.best: dict[str, Any] = {"dev_perplexity": None, "step": None}
         self.resumed_from = 0
         self.checkpoints_written = 0  # by this process, for the kill-and-resume tests
         self.local_tokens = 0
         self.loss_sum = torch.zeros((), device=self.accelerator.device)
         self.loss_count = 0
-        self.last_loss = None
-        self.optimizer = None
+        self.last_loss: float | None = None
+        self.optimizer: Any = None  # accelerate's wrapped AdamW, made by setup()
 
     # -- setup -------------------------------------------------------------------
     def setup(self, resume: bool = True, run_key: str | None = None) -> None:
@@ -216,7 +137,7 @@ class Trainer:
         from accelerate.utils import set_seed
 
         if self.main:
-            _prepare_checkpoints(self.output_dir / CHECKPOINTS, resume, run_key)
+            prepare_checkpoints(self.output_dir / CHECKPOINTS, resume, run_key)
         self.accelerator.wait_for_everyone()
         set_seed(self.args.seed)
         model = self.model.float()  # master weights in float32 (see module docstring)
@@ -324,6 +245,7 @@ class Trainer:
     # -- evaluation ----------------------------------------------------------------
     def evaluate(self) -> None:
         """Dev perplexity; a new best model is saved into ``output_dir``."""
+        assert self.dev is not None  # evaluated only with dev rows (has_dev)
         result = evaluate_perplexity(self.model, self.dev, self.args.micro_batch_size, self.accelerator, self.pad_id)
         self.history.append({"step": self.step, **result})
         best = self.best
@@ -339,7 +261,7 @@ class Trainer:
 
         bars = hf_logging.is_progress_bar_enabled()
         hf_logging.disable_progress_bar()  # its shard bars would break the training bar
-        _save_whole(self.accelerator, self.model, self.tokenizer, self.output_dir, save_dtype(self.args))
+        save_whole(self.accelerator, self.model, self.tokenizer, self.output_dir, save_dtype(self.args))
         if bars:
             hf_logging.enable_progress_bar()
 
@@ -347,7 +269,7 @@ class Trainer:
     def checkpoint(self) -> None:
         """A resumable checkpoint of this step; older ones beyond ``keep_checkpoints`` are deleted."""
         path = self.output_dir / CHECKPOINTS / f"step-{self.step:07d}"
-        _save_checkpoint(self.accelerator, path, {"step": self.step, "log_history": self.history, "best": self.best})
+        save_checkpoint(self.accelerator, path, {"step": self.step, "log_history": self.history, "best": self.best})
         if self.main:
             for old in checkpoint_dirs(self.output_dir)[: -max(1, self.args.keep_checkpoints)]:
                 shutil.rmtree(old, ignore_errors=True)
@@ -420,49 +342,6 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
     return Trainer(model, train, dev, args, output_dir, tokenizer, on_step, train_weights).run(resume, run_key)
 
 
-def _save_whole(accelerator, model, tokenizer, output_dir: Path, dtype: torch.dtype = torch.float32) -> None:
-    """``save_pretrained`` in ``dtype`` (and the tokenizer) into a temporary folder, then
-    its files renamed into ``output_dir``: a failed save leaves no partial file."""
-    main = accelerator.is_main_process
-    tmp = output_dir / MODEL_TMP
-    state = accelerator.get_state_dict(model)  # whole on the main process, also under FSDP
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
-    try:
-        accelerator.unwrap_model(model).save_pretrained(tmp, is_main_process=main, save_function=accelerator.save,
-                                                        state_dict=state)
-        if main:
-            config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
-            config["dtype"] = str(dtype).removeprefix("torch.")  # what the weights are (the module was float32)
-            (tmp / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-            if tokenizer is not None:
-                tokenizer.save_pretrained(tmp)
-            for f in sorted(tmp.iterdir()):
-                os.replace(f, output_dir / f.name)
-    except Exception as e:
-        if disk_full(e):
-            raise disk_full_error(output_dir) from e
-        raise
-    finally:
-        if main:
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _save_checkpoint(accelerator, path: Path, saved: dict) -> None:
-    """``accelerate.save_state`` into ``path`` and ``saved`` (step, history)
-    last; a checkpoint that fails half way is deleted."""
-    try:
-        accelerator.save_state(str(path))
-        accelerator.wait_for_everyone()
-        if accelerator.is_main_process:
-            atomic_write_text(path / CHECKPOINT_STATE, json.dumps(saved) + "\n")
-    except Exception as e:
-        if accelerator.is_main_process:
-            shutil.rmtree(path, ignore_errors=True)  # an incomplete checkpoint is never resumed
-        if disk_full(e):
-            raise disk_full_error(path) from e
-        raise
-
-
 def _stop_requested(accelerator) -> bool:
     """Whether a signal asked any process to stop: all processes agree, so they
     write the same checkpoint and stop at the same step."""
@@ -473,17 +352,3 @@ def _stop_requested(accelerator) -> bool:
     return accelerator.reduce(flag, "sum").item() > 0
 
 
-def _prepare_checkpoints(root: Path, resume: bool, run_key: str | None) -> None:
-    """Delete checkpoints that must not be resumed; record the run key."""
-    key_file = root / RUN_KEY
-    if root.exists():
-        old = json.loads(key_file.read_text()).get("run_key") if key_file.exists() else None
-        if not resume or (run_key is not None and old != run_key):
-            why = "resume=False" if not resume else "they belong to another data set or configuration"
-            print(f"train: deleting checkpoints in {root} ({why})")
-            shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)
-    for partial in root.glob("step-*"):
-        if not (partial / CHECKPOINT_STATE).exists():
-            shutil.rmtree(partial)  # interrupted while being written
-    atomic_write_text(key_file, json.dumps({"run_key": run_key}) + "\n")

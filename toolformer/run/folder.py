@@ -25,8 +25,6 @@ missing, cut short or changed, a manifest or index that cannot be read, is an
 
 from __future__ import annotations
 
-import errno
-import hashlib
 import json
 import os
 import platform
@@ -34,11 +32,25 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from itertools import islice
 from pathlib import Path
 
-from toolformer.run import stops
-from toolformer.run.parallel import Ranks, ranks
+from toolformer.run.files import (  # noqa: F401 (the file helpers, importable from here as before)
+    IntegrityError,
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_text,
+    check_sqlite,
+    count_records,
+    disk_full,
+    disk_full_error,
+    dumps,
+    file_digest,
+    iter_jsonl,
+    jsonl_records,
+    read_json,
+    read_jsonl,
+)
+from toolformer.run.sharding import chunked, fault_point, run_sharded, shard_index  # noqa: F401 (as before)
 
 MANIFEST = "manifest.json"
 STARTED = "started.json"
@@ -48,121 +60,16 @@ DOCUMENTS = "documents.jsonl"  # the sample stage's scored documents (see below)
 CHECKED = ("shard-*.jsonl", DOCUMENTS)
 
 
-class IntegrityError(ValueError):
-    """A file of a run folder is missing, cut short, changed since its manifest was written, or unreadable
-    (the command line exits with status 2)."""
-
-
-def disk_full(e: BaseException) -> bool:
-    """An OSError ENOSPC, or a library's error wrapping one (safetensors' SafetensorError)."""
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return True
-    return "No space left on device" in str(e) or "StorageFull" in str(e)
-
-
-def disk_full_error(path: str | Path) -> OSError:
-    """The OSError reported for a full disk while writing ``path`` (names it)."""
-    return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to a temporary name and rename it to ``path``; a failed or
-    interrupted write leaves no temporary file (a full disk raises ENOSPC naming ``path``)."""
-    _atomic_write(path, text)
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """:func:`atomic_write_text` for bytes (an image, say)."""
-    _atomic_write(path, data)
-
-
-def _atomic_write(path: Path, content: str | bytes) -> None:
-    """Write to ``.NAME.tmp-PID``, flush and fsync it, then rename it to ``path``."""
-    with atomic_path(path) as tmp, (tmp.open("wb") if isinstance(content, bytes)
-                                    else tmp.open("w", encoding="utf-8")) as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-@contextmanager
-def atomic_path(path: Path) -> Iterator[Path]:
-    """A temporary path (``.NAME.tmp-PID``) to write ``path``'s content to, renamed
-    to ``path`` when the block ends without error and removed when it fails."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException as e:
-        tmp.unlink(missing_ok=True)
-        if disk_full(e):
-            raise disk_full_error(path) from e
-        raise
-
-
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
-    """(line number, object) for every non-blank line of a JSONL file; a line
-    that is not a JSON object raises ValueError naming the file and line."""
-    path = Path(path)
-    with path.open("rb") as f:
-        yield from jsonl_records(_decoded(f, path), path)
-
-
-def _decoded(lines: Iterable[bytes], where: Path) -> Iterator[str]:
-    """``lines`` decoded as UTF-8; a line that is not raises ValueError naming the file and line."""
-    for n, line in enumerate(lines, 1):
-        try:
-            yield line.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{where}:{n}: invalid UTF-8 (byte {e.start}: {e.reason})") from None
-
-
-def jsonl_records(lines: Iterable[str], where: str | Path) -> Iterator[tuple[int, dict]]:
-    """:func:`iter_jsonl` over lines already read (``where`` names them in errors)."""
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{where}:{n}: invalid JSON: {e.msg}") from None
-        if not isinstance(rec, dict):
-            raise ValueError(f"{where}:{n}: expected a JSON object")
-        yield n, rec
-
-
-def read_jsonl(path: str | Path, required: tuple[str, ...] = ()) -> list[dict]:
-    """Records of one JSONL file; a bad line or a record without a ``required``
-    key raises ValueError naming the file and line."""
-    out = []
-    for n, rec in iter_jsonl(path):
-        missing = [k for k in required if k not in rec]
-        if missing:
-            raise ValueError(f"{path}:{n}: missing key(s) {', '.join(map(repr, missing))}")
-        out.append(rec)
-    return out
-
-
-def dumps(record: dict) -> str:
-    return json.dumps(record, ensure_ascii=False, sort_keys=False)
-
-
 def versions() -> dict:
     import importlib.metadata as md
 
-    out = {"python": platform.python_version()}
+    out: dict[str, str | None] = {"python": platform.python_version()}
     for pkg in ("toolformer", "torch", "transformers", "datasets", "accelerate"):
         try:
             out[pkg] = md.version(pkg)
         except md.PackageNotFoundError:
             out[pkg] = None
     return out
-
-
-def _index(path: Path) -> int:
-    """The number in ``shard-00012.jsonl`` or ``part-00012.counts.json`` (numeric order past 99999)."""
-    return int(path.name.split("-", 1)[1].split(".", 1)[0])
 
 
 class Stage:
@@ -194,7 +101,7 @@ class Stage:
         return m is not None and (config_hash is None or m.get("config_hash") == config_hash)
 
     def shards(self) -> list[Path]:
-        return sorted(self.dir.glob("shard-*.jsonl"), key=_index)
+        return sorted(self.dir.glob("shard-*.jsonl"), key=shard_index)
 
     def shard_path(self, index: int) -> Path:
         return self.dir / f"shard-{index:05d}.jsonl"
@@ -204,7 +111,7 @@ class Stage:
         return self.dir / f"part-{index:05d}{suffix}"
 
     def parts(self, suffix: str) -> list[Path]:
-        return sorted(self.dir.glob(f"part-*{suffix}"), key=_index)
+        return sorted(self.dir.glob(f"part-*{suffix}"), key=shard_index)
 
     def records(self) -> Iterator[dict]:
         """Every record of every complete shard, in order."""
@@ -321,91 +228,10 @@ class Stage:
         return manifest
 
 
-def read_json(path: Path, remedy: str) -> dict:
-    """The JSON object in ``path``; a file that is not one (cut short, garbled, not UTF-8) raises IntegrityError
-    naming it, followed by ``remedy``."""
-    try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise IntegrityError(f"{path}: unreadable (invalid UTF-8 at byte {e.start}): {remedy}") from None
-    except json.JSONDecodeError as e:
-        raise IntegrityError(f"{path}: unreadable (invalid JSON: {e.msg}, line {e.lineno} column {e.colno}): "
-                             f"{remedy}") from None
-    if not isinstance(data, dict):
-        raise IntegrityError(f"{path}: unreadable (not a JSON object): {remedy}")
-    return data
-
-
-def file_digest(path: Path) -> dict:
-    """``{"records": non-blank lines, "sha256": of the bytes}`` of a file of records, read once."""
-    digest, n = hashlib.sha256(), 0
-    with open(path, "rb") as f:
-        for line in f:
-            digest.update(line)
-            n += bool(line.strip())
-    return {"records": n, "sha256": digest.hexdigest()}
-
-
-def count_records(path: Path) -> int:
-    """Non-blank lines of a JSONL file, without parsing them."""
-    with open(path, "rb") as f:
-        return sum(1 for line in f if line.strip())
-
-
 def upstream_total(stage: Stage) -> int | None:
     """How many records a finished stage wrote, from its manifest's per-tool counts (None if it has none)."""
     per_tool = ((stage.manifest() or {}).get("counts") or {}).get("per_tool")
     return sum(c.get("candidates", 0) for c in per_tool.values()) if per_tool else None
-
-
-def chunked(items: Iterable, size: int) -> Iterator[list]:
-    """``items`` in lists of ``size`` (the last may be shorter), read lazily."""
-    it = iter(items)
-    while chunk := list(islice(it, size)):
-        yield chunk
-
-
-def run_sharded(stage: Stage, groups: Iterable[list], process, progress=None, width=len,
-                rank: Ranks | None = None) -> int:
-    """Shard ``g`` = ``process(g, group) -> list[dict]`` for every group this
-    rank owns whose shard is not on disk yet; returns how many it wrote.
-    ``progress`` (a tqdm bar) is advanced by ``width(group)`` per group of
-    this rank, done now or before. A stop (SIGINT, SIGTERM) while ``process``
-    runs drops that shard's work at once (:func:`toolformer.run.stops.abandonable`)."""
-    rank = rank or ranks()
-    done = {_index(p) for p in stage.shards()}
-    mine = sum(rank.owns(g) for g in done)
-    stops.keep(f"{mine} shard(s) of {stage.name} in {stage.dir}")
-    written = 0
-    for g, group in enumerate(groups):
-        if not rank.owns(g):
-            continue
-        if g not in done:
-            with stops.deferred():  # SIGINT/SIGTERM: stop after this shard is written,
-                with stops.abandonable():  # or at once while it is computed (its work is dropped)
-                    records = process(g, group)
-                stage.write_shard(g, records)
-                written += 1
-                stops.keep(f"{mine + written} shard(s) of {stage.name} in {stage.dir}")
-                fault_point(stage.name, written)
-        if progress is not None:
-            progress.update(width(group))
-    return written
-
-
-def fault_point(stage: str, done: int) -> None:
-    """Fault injection for the kill-and-resume tests: with
-    ``TOOLFORMER_FAULT=<stage>:<n>[:<signal>[:<rank>]]`` in the environment the
-    process (only rank ``<rank>`` of a launch, when given) sends itself the
-    signal (default SIGKILL; e.g. SIGINT) once it has completed ``n`` units of
-    work (shards, checkpoints) of that stage, once. Unset, this does nothing."""
-    import signal
-
-    name, _, rest = os.environ.get("TOOLFORMER_FAULT", "").partition(":")
-    n, _, rest = rest.partition(":")
-    sig, _, rank = rest.partition(":")
-    if name == stage and n.isdigit() and done == int(n) and (not rank or int(rank) == ranks().rank):
-        os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
 
 
 def fmt_pct(part: int, whole: int) -> str:
@@ -509,21 +335,6 @@ class DocumentStore:
 
     def close(self) -> None:
         self.db.close()
-
-
-def check_sqlite(path: Path, remedy: str) -> None:
-    """Raise IntegrityError naming ``path`` (followed by ``remedy``) unless it starts with an SQLite header and
-    is as long as that header says (a file cut short fails here, before any query)."""
-    with open(path, "rb") as f:
-        head = f.read(100)
-    if len(head) < 100 or not head.startswith(b"SQLite format 3\x00"):
-        raise IntegrityError(f"{path}: not an SQLite database (cut short or overwritten): {remedy}")
-    page_size = int.from_bytes(head[16:18], "big")
-    page_size = 65536 if page_size == 1 else page_size
-    pages = int.from_bytes(head[28:32], "big")
-    size = path.stat().st_size
-    if pages and head[24:28] == head[92:96] and size < page_size * pages:  # the page count is valid: see the format
-        raise IntegrityError(f"{path}: cut short ({size:,} bytes of {page_size * pages:,}): {remedy}")
 
 
 def read_documents(run_dir: str | Path) -> dict[str, dict]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -47,6 +47,17 @@ class StageFunction(Protocol):
     """``toolformer.stages.<name>.run_stage``."""
 
     def __call__(self, cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult: ...
+
+
+def stage_options(name: str, options: dict[str, Any], defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The ``options`` of stage ``name`` over its ``defaults`` (the options it takes); an option it does not
+    take is a TypeError naming it and the ones it takes."""
+    defaults = defaults or {}
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise TypeError(f"stage {name}: unknown option(s) {', '.join(map(repr, unknown))} (it takes "
+                        f"{', '.join(defaults) if defaults else 'none'})")
+    return {**defaults, **options}
 
 
 def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = True,
@@ -142,7 +153,8 @@ class StageRun:
         return self.result()
 
 
-def per_upstream_shard(run: StageRun, upstream: Stage, process: Callable[[int, list[dict]], list[dict]]) -> None:
+def per_upstream_shard(run: StageRun, upstream: Stage,
+                       process: Callable[[int, list[Any]], Sequence[Mapping[str, Any]]]) -> None:
     """Shard g of ``run`` = ``process(g, records of upstream shard g)`` for the shards this process owns, one
     upstream shard in memory at a time, with a progress bar in records."""
     from tqdm.auto import tqdm

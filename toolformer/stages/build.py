@@ -28,12 +28,14 @@ import os
 import random
 import shutil
 from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, margin, type_name
+from toolformer.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, scored_margin, type_name
 from toolformer.run.folder import (
     Stage,
     atomic_write_text,
@@ -44,7 +46,7 @@ from toolformer.run.folder import (
     iter_jsonl,
     read_documents,
 )
-from toolformer.stages import StageResult, start
+from toolformer.stages import StageResult, stage_options, start
 from toolformer.tools.calls import insert_calls
 
 DATASET = "dataset"
@@ -89,7 +91,7 @@ def best_per_position(kept: list[dict]) -> tuple[list[dict], int]:
     best: dict[tuple[str, int], dict] = {}
     for r in kept:
         key = (str(r["doc_id"]), int(r["char_start"]))
-        if key not in best or margin(r) > margin(best[key]):
+        if key not in best or scored_margin(r) > scored_margin(best[key]):
             best[key] = r
     winners = {id(r) for r in best.values()}
     return [r for r in kept if id(r) in winners], len(kept) - len(best)
@@ -106,7 +108,7 @@ def cap_per_tool(calls: list[dict], max_per_tool: int) -> tuple[list[dict], dict
     keep: set[int] = set()
     capped: dict[str, int] = {}
     for tool, rs in by_tool.items():
-        ranked = sorted(rs, key=margin, reverse=True)  # stable: ties keep filter order
+        ranked = sorted(rs, key=scored_margin, reverse=True)  # stable: ties keep filter order
         keep.update(id(r) for r in ranked[:max_per_tool])
         if len(rs) > max_per_tool:
             capped[tool] = len(rs) - max_per_tool
@@ -150,7 +152,7 @@ def choose_plain(pool: list[dict], n_augmented: int, cfg: PipelineConfig) -> lis
     return [pool[i] for i in chosen]
 
 
-def save_dataset(rows: list[dict], out: Path) -> None:
+def save_dataset(rows: Sequence[Mapping[str, object]], out: Path) -> None:
     """``save_to_disk`` into a temporary folder, then rename it into place."""
     from datasets import Dataset, Features, Value
 
@@ -172,7 +174,9 @@ def save_dataset(rows: list[dict], out: Path) -> None:
     os.replace(tmp, out)
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Write the augmented data set C* (see the module docstring); the stage takes no ``options``."""
+    stage_options("build", options)
     run = start(cfg, "build", force)
     if run.skipped:
         return run.result()

@@ -28,16 +28,17 @@ with the counts of every round. With R = 1 it writes only the manifest.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tqdm.auto import tqdm
 
 from toolformer.config.load import config_hash
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.modeling import DTYPES, load, set_threads, with_weights
-from toolformer.records import ExecuteRecord
+from toolformer.records import ExecuteRecord, SampleRecord
 from toolformer.run.folder import Stage, chunked, fmt_pct, read_documents, run_sharded
 from toolformer.run.parallel import Ranks
-from toolformer.stages import StageResult, model_inputs, start
+from toolformer.stages import StageResult, model_inputs, stage_options, start
 from toolformer.stages.build import best_per_position, check_positions, read_kept, round_name
 from toolformer.stages.filter import CandidateScorer
 from toolformer.stages.sample import annotate_group, check_tools, make_samplers, tool_settings
@@ -90,7 +91,8 @@ class Round:
     def process(self, docs: list[dict], taken: dict[str, set[int]]) -> list[dict]:
         proposed, _ = annotate_group(self.cfg, self.tok, self.settings, self.samplers, docs)
         by_id = {d["doc_id"]: d for d in docs}
-        records, where = [], []
+        records: list[SampleRecord] = []
+        where: list[int] = []  # each record's char_start in the original text
         for r in proposed:
             orig = _free(by_id[r["doc_id"]], r["char_start"], taken[r["doc_id"]])
             if orig is not None:
@@ -109,7 +111,9 @@ def run_round(cfg: PipelineConfig, r: int, h: str, force: bool, kept: list[dict]
     if not force and stage.is_complete(h):
         print(f"chain: round {r} already complete ({stage.dir}/manifest.json), skipped")
         stage.verify()  # its kept calls are read next
-        return stage.manifest()["counts"]
+        manifest = stage.manifest()
+        assert manifest is not None  # complete
+        return manifest["counts"]
     first = stage.begin(h, force=force)
     if first:
         print(f"chain: round {r}: resuming after {first} complete shard(s) in {stage.dir}")
@@ -135,7 +139,10 @@ def run_round(cfg: PipelineConfig, r: int, h: str, force: bool, kept: list[dict]
     return counts
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Run the further rounds of sampling, execution and filtering (see the module docstring); the stage takes no
+    ``options``."""
+    stage_options("chain", options)
     run = start(cfg, "chain", force, inputs=model_inputs(cfg, "sample", "filter"))
     if run.skipped:
         return run.result()

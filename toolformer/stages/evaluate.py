@@ -36,24 +36,30 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig, TaskConfig
-from toolformer.lm.generate import generate_with_tools, load_model_folder
+from toolformer.lm.generate import Generation, generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import check_tool_data, setup_line, tool_setup, with_folder_tools
 from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
 from toolformer.lm.rows import IGNORE_INDEX, row_nlls
 from toolformer.lm.textpos import marker_token_ids
-from toolformer.run.folder import atomic_write_text, dumps, fmt_pct, iter_jsonl, versions
-from toolformer.stages import StageResult, start
+from toolformer.run.folder import atomic_write_text, dumps, iter_jsonl, versions
+from toolformer.stages import StageResult, stage_options, start
+from toolformer.stages.evalreport import (  # noqa: F401 (importable from here as before)
+    ROW_TITLES,
+    malformed_text,
+    results_markdown,
+    summary_line,
+)
 from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_numbers, load_task
 from toolformer.tasks.score import call_counts, file_counts, merge_call_counts, score_counts, score_output
 from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import Sandbox, build_sandbox
 
-ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
 PPL_TOKENS = 16384  # token budget of one perplexity forward
 
 
@@ -186,7 +192,7 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
     items = data.items
     prompts = [tc.prompt.replace("{question}", it.question) for it in items]
     order = sorted(range(len(items)), key=lambda i: len(prompts[i]))
-    gens = [None] * len(items)
+    gens: dict[int, Generation] = {}  # item index -> its generation
     max_words = word_window(tc, fmt)
     bar = tqdm(total=len(items), desc=f"evaluate {row.name} {tc.name}", unit="item")
     for s in range(0, len(order), ev.batch_size):
@@ -199,12 +205,12 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
             batch_size=ev.batch_size, window=model_window(model, cfg.model), constrained=ev.constrained,
             max_input_chars=cfg.tools.max_input_chars,
         )
-        for i, g in zip(idx, out):
-            gens[i] = g
+        gens.update(zip(idx, out))
         bar.update(len(idx))
     bar.close()
     records = []
-    for it, prompt, g in zip(items, prompts, gens):
+    for i, (it, prompt) in enumerate(zip(items, prompts)):
+        g = gens[i]
         scored = score_output(it, g.text, tc.kind, max_words, tc.decimals, style)
         records.append({"id": it.id, "prompt": prompt, "output": g.text, "output_without_calls": g.text_without_calls,
                         "calls": g.calls, **{k: v for k, v in scored.items() if k != "id"}})
@@ -234,7 +240,9 @@ def _load_row_model(cfg: PipelineConfig, path: str):
     return load_model_folder(cfg, path)
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Evaluate every row on every task (see the module docstring); the stage takes no ``options``."""
+    stage_options("evaluate", options)
     ev = cfg.evaluate
     if not ev.tasks and not ev.perplexity_path:
         raise ValueError("evaluate.tasks: no evaluation sets configured (and no evaluate.perplexity_path)")
@@ -292,77 +300,6 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **kw) -> StageResult:
     return run.result(summary)
 
 
-def _pct(x: float | None) -> str:
-    return "–" if x is None else f"{100 * x:.1f}"
-
-
-def results_markdown(summary: dict) -> str:
-    """The paper-shaped table: rows = models/modes, columns = data sets."""
-    tasks = list(summary["tasks"])
-    has_ppl = summary["perplexity"] is not None
-    head = ["Model", *tasks, "Arith.", "QA"] + (["Perplexity"] if has_ppl else [])
-    lines = ["# Evaluation results", "",
-             "Accuracy in % (share of items with a tool call in brackets); Arith. and QA are the means over the "
-             "math and QA columns; perplexity on the held-out plain text, with tools disabled (the call-start tokens "
-             "taken out of every next-token distribution; results.json keeps perplexity_calls_allowed too).", "",
-             "| " + " | ".join(head) + " |", "| --- " + "| ---: " * (len(head) - 1) + "|"]
-    for name, row in summary["rows"].items():
-        cells = [f"{_pct(row['tasks'][t]['accuracy'])} ({100 * row['tasks'][t]['call_rate']:.0f} %)" for t in tasks]
-        cells += [_pct(row["arithmetic"]), _pct(row["qa"])]
-        if has_ppl:
-            cells.append("–" if row["perplexity"] is None else f"{row['perplexity']:.2f}")
-        lines.append(f"| {ROW_TITLES.get(name, name)} | " + " | ".join(cells) + " |")
-    lines += ["", "Models:", ""]
-    for n, p in summary["models"].items():
-        setup = summary["rows"][n].get("tool_setup")
-        tools = f"; tools {', '.join(setup['enabled'])} from `{setup['description'] or 'the config'}`" if setup else ""
-        calls = summary["rows"][n].get("max_calls")
-        if setup and calls != summary["decoding"]["max_calls"]:
-            tools += f"; at most {calls} call(s) per item"
-        lines.append(f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`{tools}")
-    lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
-    lines += ["", "Tasks:", ""]
-    for t, v in summary["tasks"].items():
-        why = "; ".join(f"{n} {reason}" for reason, n in (v.get("skip_reasons") or {}).items())
-        lines.append(f"- {t}: {v['n']} items scored of {v.get('in_file', v['n'])} in the file, {v['left_out']} "
-                     f"skipped{f' ({why})' if why else ''}; {v['kind']}, format {v['format']}, `{v['path']}`")
-        calls = [f"{n} {malformed_text(r['tasks'][t])}" for n, r in summary["rows"].items()
-                 if r["tasks"][t].get("calls")]
-        if calls:
-            lines.append("  calls: " + "; ".join(calls))
-    d = summary["decoding"]
-    lines += ["", f"Decoding: greedy, a call starts when the call-start token is in the top {d['top_k_trigger']}, "
-              f"at most {d['max_calls']} call(s) per item, {d['max_new_tokens']} new tokens"
-              + (", calls constrained to the tools' grammars" if d.get("constrained") else "")
-              + f"; seed {summary['seed']}.", ""]
-    return "\n".join(lines)
-
-
-def malformed_text(counts: dict) -> str:
-    """``295 calls, 1.69 malformed per 100 (5 unclosed)`` from a cell's or a row's call counts."""
-    kinds = ", ".join(f"{m} {kind.replace('_', ' ')}" for kind, m in counts["malformed"].items() if m)
-    rate = counts["malformed_per_100_calls"]
-    text = f"{counts['calls']:,} calls, {0 if rate is None else rate:g} malformed per 100"
-    return text + (f" ({kinds})" if kinds else "")
-
-
-def summary_line(summary: dict, out_dir: Path) -> str:
-    """One line of counts: items correct (and with a call) per row."""
-    n_items = sum(t["n"] for t in summary["tasks"].values())
-    parts = []
-    for name, r in summary["rows"].items():
-        correct = sum(c["correct"] for c in r["tasks"].values())
-        calls = sum(c["with_calls"] for c in r["tasks"].values())
-        part = f"{name} {correct:,} ({fmt_pct(correct, n_items)})"
-        if r["tools"]:
-            part += f" with a call on {calls:,} ({fmt_pct(calls, n_items)}; {malformed_text(r)})"
-        if r["perplexity"] is not None:
-            part += f", perplexity {r['perplexity']:.2f}"
-        parts.append(part)
-    return (f"evaluate: {len(summary['rows'])} row(s) × {len(summary['tasks'])} task(s), {n_items:,} items per row; "
-            f"correct: " + "; ".join(parts) + f"; results in {out_dir / 'results.md'}")
-
-
 def _release_memory() -> None:
     """Return the memory of models no longer referenced (before loading the next)."""
     gc.collect()
@@ -393,7 +330,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
     the config it runs with and its tool setup (:func:`row_configs`). ``sandboxes``: the sandboxes built, by
     tool settings and call style (the caller closes them)."""
     results: dict[str, dict] = {}
-    ppl_by_path: dict[str, tuple[float, int]] = {}
+    ppl_by_path: dict[str, tuple[float, int, float]] = {}
     kinds = {tc.name: tc.kind for tc, _, _ in tasks}
     path = model = tok = None
     for row in rows:
@@ -410,7 +347,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
                 sandboxes[key] = build_sandbox(row_cfg)
             sandbox = sandboxes[key]
         cells = _row_cells(model, tok, row, tasks, sandbox, row_cfg, out_dir)
-        ppl = (None, None, None)
+        ppl: tuple[float | None, int | None, float | None] = (None, None, None)
         if texts is not None and row.name != "toolformer" and not row.max_calls:  # not a decoding variant
             if row.path not in ppl_by_path:
                 # Every row scored as it decodes with tools disabled: no call can start (the same tokens taken

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from typing import Any
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.records import ExecuteRecord
+from toolformer.records import ExecuteRecord, SampleRecord
 from toolformer.run.folder import (
     DocumentStore,
     Stage,
@@ -20,12 +21,14 @@ from toolformer.run.folder import (
     read_json,
 )
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, per_upstream_shard, start
+from toolformer.stages import StageResult, per_upstream_shard, stage_options, start
 from toolformer.stages.sample import check_tools
 from toolformer.tools.sandbox import build_sandbox
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Run every candidate call (see the module docstring); the stage takes no ``options``."""
+    stage_options("execute", options)
     upstream = Stage(cfg.run_dir, "sample")
     upstream.require(" (toolformer sample)")
     run = start(cfg, "execute", force)
@@ -35,7 +38,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
     check_tools(cfg)  # refuses unknown tools and those with side effects
     sandbox = build_sandbox(cfg, cache=cfg.execute.cache)
 
-    def process(g: int, group: list[dict]) -> list[ExecuteRecord]:
+    def process(g: int, group: list[SampleRecord]) -> list[ExecuteRecord]:
         """Shard g: the calls of upstream shard g."""
         dates = {d: docs[d]["date"] for d in {r["doc_id"] for r in group}}
         before = sandbox.calls_executed

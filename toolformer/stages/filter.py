@@ -16,16 +16,17 @@ from ``model.path`` (the paper's M), or from ``filter.model`` when set.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.losses import is_kept, loss_minus
 from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import marker_token_ids, tokenize_text
-from toolformer.records import FilterRecord
+from toolformer.records import ExecuteRecord, FilterRecord
 from toolformer.run.folder import DocumentStore, Stage, fmt_pct
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, model_inputs, per_upstream_shard, start
+from toolformer.stages import StageResult, model_inputs, per_upstream_shard, stage_options, start
 from toolformer.tools.calls import get_style
 
 
@@ -69,8 +70,9 @@ class CandidateScorer:
         z = call_text + self.cfg.filter.prefix_separator
         return self.bos + tuple(self.tok(z, add_special_tokens=False)["input_ids"])
 
-    def score(self, records: list[dict]) -> list[FilterRecord]:
-        requests, plan = [], []
+    def score(self, records: list[ExecuteRecord]) -> list[FilterRecord]:
+        requests: list[LossRequest] = []
+        plan: list[tuple[tuple[LossRequest, LossRequest, LossRequest], str, str] | None] = []  # None: not scored
         for r in records:
             if r["error"] is not None or r["result"] is None:
                 plan.append(None)
@@ -87,7 +89,7 @@ class CandidateScorer:
             plan.append((reqs, with_result, no_result))
         texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}
         losses = self.scorer.losses(requests, texts)
-        out = []
+        out: list[FilterRecord] = []
         for r, p in zip(records, plan):
             tau = tau_for(self.cfg, r["tool"])
             if p is None:
@@ -106,7 +108,9 @@ class CandidateScorer:
         return out
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Keep the calls that lower the loss (see the module docstring); the stage takes no ``options``."""
+    stage_options("filter", options)
     upstream = Stage(cfg.run_dir, "execute")
     upstream.require(" (toolformer execute)")
     run = start(cfg, "filter", force, inputs=model_inputs(cfg, "filter"))

@@ -30,6 +30,7 @@ import os
 import random
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -42,7 +43,7 @@ from toolformer.lm.training import TrainArgs, freeze, save_dtype, train_causal_l
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
 from toolformer.run.parallel import use_cpu
-from toolformer.stages import ADDED_FIELDS, StageResult, seed_everything, stage_hash, start
+from toolformer.stages import ADDED_FIELDS, StageResult, seed_everything, stage_hash, stage_options, start
 
 # Fields that may change between runs without invalidating the checkpoints:
 # raising max_steps continues training, the others only change bookkeeping.
@@ -150,17 +151,74 @@ Load with `toolformer.ToolformerModel.from_pretrained(...)` (model, tokenizer an
 """
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
-    from accelerate import PartialState
-
+def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
+    """The model (float32, on the CPU: the training loop moves it to this process's device) with the parameters
+    of ``finetune.freeze`` frozen, its tokenizer and the row length; on a CPU the processes share its cores."""
     from toolformer.lm.modeling import (
         load_model,
         load_tokenizer,
         model_window,
         set_threads,
     )
+    from toolformer.tools.calls import get_style
+
+    if state.device.type == "cpu":
+        # Several processes on one machine share its cores.
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        set_threads(cfg.model.threads or max(1, cores // state.num_processes))
+    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, get_style(cfg.calls.style))
+    # Loaded in float32 on the CPU; the training loop moves it to this process's device.
+    model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
+    seq_len = min(cfg.finetune.max_length, model_window(model))
+    if cfg.finetune.freeze:
+        frozen, total = freeze(model, cfg.finetune.freeze)
+        if state.is_main_process:
+            print(f"finetune: {frozen:,} of {total:,} parameter values frozen ({', '.join(cfg.finetune.freeze)})")
+    return model, tokenizer, seq_len
+
+
+def _pack_rows(cfg: PipelineConfig, tokenizer, texts: list[str], train_idx: list[int], dev_idx: list[int],
+               seq_len: int, main: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The training rows (N, T), their tokens' loss weights (N, T; None when every token weighs 1) and the dev
+    rows (M, T; None without dev documents), packed from the documents of each part."""
     from toolformer.tools.calls import call_input_spans, get_style
 
+    whole = cfg.finetune.whole_documents
+    train_texts = [texts[i] for i in train_idx]
+    train_weights = None
+    if cfg.finetune.call_input_weight != 1.0:
+        style = get_style(cfg.calls.style)
+        spans = [call_input_spans(t, style) for t in train_texts]
+        train_rows, train_weights = pack_weighted(tokenizer, train_texts, spans, cfg.finetune.call_input_weight,
+                                                  seq_len, whole_documents=whole)  # (N, T) twice
+        if main:
+            print(f"finetune: the {sum(map(len, spans)):,} call inputs weigh {cfg.finetune.call_input_weight:g} "
+                  f"in the loss ({int(((train_weights != 1.0) & (train_rows >= 0)).sum()):,} tokens)")
+    else:
+        train_rows = pack_sequences(tokenizer, train_texts, seq_len, whole_documents=whole)  # (N, T)
+    dev_rows = (pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len, whole_documents=whole)
+                if dev_idx else None)  # (M, T)
+    return train_rows, train_weights, dev_rows
+
+
+def _merge(cfg: PipelineConfig, out: Path, tokenizer, args: TrainArgs) -> float:
+    """With ``finetune.merge`` below 1 (or a merge made before in ``out``), save base + merge × (tuned − base)
+    over the trained weights (:func:`toolformer.lm.merge.merge_folder`); returns the weight of the tuned model."""
+    merge = None
+    if cfg.finetune.merge != 1.0 or (out / MERGE_FILE).exists():
+        merge = merge_folder(out, cfg.model.path, cfg.finetune.merge, tokenizer, save_dtype(args))
+        if merge is not None:
+            print(f"finetune: saved base + {merge['alpha']:g} × (tuned − base) with {cfg.model.path} "
+                  f"(the trained weights in {out / TUNED_DIR})")
+    return merge["alpha"] if merge is not None else 1.0
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Fine-tune ``model.path`` on the data set and save it with its tools (see the module docstring); the
+    stage takes no ``options``."""
+    from accelerate import PartialState
+
+    stage_options("finetune", options)
     check_finetune_output(cfg)  # never save over the model (or data) being read
     state = PartialState(cpu=use_cpu())
     stage = Stage(cfg.run_dir, "finetune")
@@ -186,35 +244,10 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
     if skip:
         return StageResult("finetune", True, stage.manifest())
 
-    if state.device.type == "cpu":
-        # Several processes on one machine share its cores.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        set_threads(cfg.model.threads or max(1, cores // state.num_processes))
-    tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, get_style(cfg.calls.style))
-    # Loaded in float32 on the CPU; the training loop moves it to this process's device.
-    model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
-    seq_len = min(cfg.finetune.max_length, model_window(model))
-    if cfg.finetune.freeze:
-        frozen, total = freeze(model, cfg.finetune.freeze)
-        if state.is_main_process:
-            print(f"finetune: {frozen:,} of {total:,} parameter values frozen ({', '.join(cfg.finetune.freeze)})")
-
+    model, tokenizer, seq_len = _load_for_training(cfg, state)
     train_idx, dev_idx = split_dev(len(texts), cfg.finetune.dev_ratio, cfg.seed)
-    whole = cfg.finetune.whole_documents
-    train_texts = [texts[i] for i in train_idx]
-    train_weights = None
-    if cfg.finetune.call_input_weight != 1.0:
-        style = get_style(cfg.calls.style)
-        spans = [call_input_spans(t, style) for t in train_texts]
-        train_rows, train_weights = pack_weighted(tokenizer, train_texts, spans, cfg.finetune.call_input_weight,
-                                                  seq_len, whole_documents=whole)  # (N, T) twice
-        if state.is_main_process:
-            print(f"finetune: the {sum(map(len, spans)):,} call inputs weigh {cfg.finetune.call_input_weight:g} "
-                  f"in the loss ({int(((train_weights != 1.0) & (train_rows >= 0)).sum()):,} tokens)")
-    else:
-        train_rows = pack_sequences(tokenizer, train_texts, seq_len, whole_documents=whole)  # (N, T)
-    dev_rows = (pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len, whole_documents=whole)
-                if dev_idx else None)  # (M, T)
+    train_rows, train_weights, dev_rows = _pack_rows(cfg, tokenizer, texts, train_idx, dev_idx, seq_len,
+                                                     state.is_main_process)
     out = model_dir(cfg)
     args = TrainArgs.from_config(cfg.finetune, seed=cfg.seed)
     metrics = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer=tokenizer, resume=not force,
@@ -222,13 +255,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **_) -> StageResult:
 
     if not state.is_main_process:
         return StageResult("finetune", False, None)
-    merge = None
-    if cfg.finetune.merge != 1.0 or (out / MERGE_FILE).exists():
-        merge = merge_folder(out, cfg.model.path, cfg.finetune.merge, tokenizer, save_dtype(args))
-        if merge is not None:
-            print(f"finetune: saved base + {merge['alpha']:g} × (tuned − base) with {cfg.model.path} "
-                  f"(the trained weights in {out / TUNED_DIR})")
-    metrics["merge"] = merge["alpha"] if merge is not None else 1.0
+    metrics["merge"] = _merge(cfg, out, tokenizer, args)
     data = {
         "dataset": str(data_path), "documents": len(texts), "augmented": sum(map(bool, augmented)),
         "dev_documents": len(dev_idx), "seq_len": seq_len, "train_rows": len(train_rows),

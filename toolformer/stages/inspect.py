@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING, Any
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.inspection import Inspection, inspect_run
@@ -33,8 +34,11 @@ from toolformer.inspect.report import margin_histogram, write_report
 from toolformer.inspect.view import QUANTILES, STEP_LABELS, in_context, run_config
 from toolformer.records import margin
 from toolformer.run.folder import Stage, atomic_write_bytes, atomic_write_text, fmt_pct
-from toolformer.stages import StageResult, stage_hash
+from toolformer.stages import StageResult, stage_hash, stage_options
 from toolformer.tools.calls import get_style
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 
 def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
@@ -46,6 +50,9 @@ def run_call_format(cfg: PipelineConfig) -> tuple[object, str, str | None]:
     return get_style(run_cfg.calls.style), run_cfg.calls.separator, note
 
 
+# (header, justification) of the funnel table's columns
+FUNNEL_COLUMNS: tuple[tuple[str, JustifyMethod], ...] = (("tool", "left"), ("step", "left"), ("count", "right"),
+                                                        ("of previous", "right"))
 TERMINAL_WRONG = 5  # wrong kept calls printed per tool (funnel.json and report.html hold up to GOLD_EXAMPLES)
 
 
@@ -60,11 +67,17 @@ def kept_share(funnel: dict, tools: list[str]) -> tuple[int, int, str]:
     return kept, cands, fmt_pct(kept, cands)
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False, tool: str | None = None, kept: str = "all",
-              min_margin: float | None = None, max_margin: float | None = None) -> StageResult:
+# The options of run_stage, the filters (see the module docstring), with their defaults.
+OPTIONS: dict[str, Any] = {"tool": None, "kept": "all", "min_margin": None, "max_margin": None}
+
+
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Inspect the run folder (see the module docstring). ``options`` are the filters: ``tool`` (a tool name),
+    ``kept`` (yes, no or all), ``min_margin`` and ``max_margin`` (bounds of L⁻ − L⁺); any other is a TypeError."""
+    filters = stage_options("inspect", options, OPTIONS)
     style, separator, note = run_call_format(cfg)
-    ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, cfg.inspect.context_chars, tool, kept,
-                      min_margin, max_margin)
+    ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, cfg.inspect.context_chars, filters["tool"],
+                      filters["kept"], filters["min_margin"], filters["max_margin"])
     out = Stage(cfg.run_dir, "inspect")
     out.dir.mkdir(parents=True, exist_ok=True)
     if out.manifest_path.exists():
@@ -117,7 +130,7 @@ def print_inspection(ins: Inspection, width: int) -> None:
         console.print(f"warning: {w}", style="yellow")
 
     funnel = Table(title="Funnel per tool", box=box.SIMPLE, title_justify="left")
-    for col, just in (("tool", "left"), ("step", "left"), ("count", "right"), ("of previous", "right")):
+    for col, just in FUNNEL_COLUMNS:
         funnel.add_column(col, justify=just, no_wrap=True)
     for tool in ins.tools:
         for i, step in enumerate(f["per_tool"][tool]["steps"]):
@@ -168,6 +181,8 @@ def print_gold(console, ins: Inspection, n_wrong: int) -> None:
     from rich.text import Text
 
     g = ins.gold
+    if g is None:  # no document has gold calls
+        return
     console.print(f"Kept calls against the gold calls of {g['documents']:,} annotated documents "
                   f"(same position ±{g['tolerance']} characters):")
     tools = [t for t in ins.tools if t in g["per_tool"]]

@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -43,7 +44,7 @@ from toolformer.run.folder import (
     write_documents,
 )
 from toolformer.run.parallel import ranks
-from toolformer.stages import StageResult, model_inputs, start
+from toolformer.stages import StageResult, model_inputs, stage_options, start
 from toolformer.stages.proposers import RULE_TOOLS, passes_prefilter, propose
 from toolformer.tools import REGISTRY, Tool, build_tools, close_tools, known_tools, render_prompt
 from toolformer.tools.base import side_effects_allowed
@@ -108,7 +109,9 @@ def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: boo
     return room
 
 
-def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
+def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
+    """Propose candidate calls (see the module docstring); the stage takes no ``options``."""
+    stage_options("sample", options)
     run = start(cfg, "sample", force, inputs=model_inputs(cfg, "sample"))
     if run.skipped:
         return run.result()
@@ -130,7 +133,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False) -> StageResult:
             seen[0] += 1
             yield from pieces(doc, cfg.corpus.max_doc_chars)  # a huge document: a piece per shard
 
-    def process(g: int, group: list[dict]) -> list[dict]:
+    def process(g: int, group: list[dict]) -> list[SampleRecord]:
         """One group of corpus documents: its windows and counts beside the shard, then its candidates."""
         docs = split_windows(group, tok, max_tokens)
         records, counts = annotate_group(cfg, tok, settings, samplers, docs)
@@ -188,12 +191,12 @@ def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], tools: dict[s
 
 
 def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], samplers: dict,
-                   group: list[dict]) -> tuple[list[dict], dict[str, dict]]:
+                   group: list[dict]) -> tuple[list[SampleRecord], dict[str, dict]]:
     """Candidate records of one shard's documents (per tool, its pre-filter, then
     rules and/or the sampler; the same call from both counts once), and per
     tool the documents passing its pre-filter, the positions and candidates."""
     tokenized = [tokenize_text(tok, d["text"]) for d in group]
-    per_doc: dict[int, list[dict]] = defaultdict(list)
+    per_doc: dict[int, list[SampleRecord]] = defaultdict(list)
     counts = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in settings}
     free: dict[str, tuple[tuple[float, int, int], list[int]]] = {}  # tool -> (tau, k, m), its documents
     for tool, (tau, k, m, method, rules) in settings.items():
@@ -227,7 +230,7 @@ def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], sampler
 
 
 def _sample_calls(cfg: PipelineConfig, sampler, tool: str, tau_k_m: tuple[float, int, int], group: list[dict],
-                  tokenized: list, keep: list[int], per_doc: dict[int, list[dict]]) -> None:
+                  tokenized: list, keep: list[int], per_doc: dict[int, list[SampleRecord]]) -> None:
     """The paper's sampler for the documents ``keep`` of ``group``: p_i > tau_s,
     the top k positions, m calls sampled at each; records appended to ``per_doc``."""
     tau, k, m = tau_k_m
@@ -256,7 +259,7 @@ def sampled_scores(cfg: PipelineConfig, text: str, tt, scores: list[float]) -> l
 
 
 def _sample_any(cfg: PipelineConfig, sampler, tools: dict[str, tuple[tuple[float, int, int], list[int]]],
-                group: list[dict], tokenized: list, per_doc: dict[int, list[dict]]) -> None:
+                group: list[dict], tokenized: list, per_doc: dict[int, list[SampleRecord]]) -> None:
     """The sampler without a prompt: p_i scored once per document for every tool; each tool keeps its own top-k
     positions (its tau_s and k); at each kept position the largest m among the tools keeping it is sampled, and a
     sampled call is a candidate of the tool it names when that tool kept the position."""

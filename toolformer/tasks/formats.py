@@ -312,9 +312,14 @@ def load_records(path: Path, make: Callable[[dict, int], TaskItem]) -> TaskData:
     return TaskData(items, skipped, len(records))
 
 
+def _records_loader(make: Callable[[dict, int], TaskItem]) -> Callable[[Path], TaskData]:
+    """A :data:`FORMATS` entry: :func:`load_records` with the item loader ``make``."""
+    return lambda path: load_records(path, make)
+
+
 FORMATS: dict[str, Callable[[Path], TaskData]] = {
     "asdiv": load_asdiv,
-    **{name: (lambda path, make=make: load_records(path, make)) for name, make in ITEM_LOADERS.items()},
+    **{name: _records_loader(make) for name, make in ITEM_LOADERS.items()},
 }
 FORMATS["webquestions"] = FORMATS["webqs"]
 KINDS = {"asdiv": "math", "svamp": "math", "mawps": "math", "webqs": "qa", "webquestions": "qa",
@@ -339,13 +344,13 @@ def detect_format(path: Path) -> str:
     """The format of a file: XML is ASDiv, else the keys of its first record."""
     if path.suffix.lower() == ".xml":
         return "asdiv"
-    records = [r for r in read_records(path) if isinstance(r.value, dict)]
+    records = [(r.where, r.value) for r in read_records(path) if isinstance(r.value, dict)]
     if not records:
         raise TaskFormatError(f"{path}: no JSON object records")
-    first = records[0]
-    fmt = _format_of(set(first.value), first.value)
+    where, first = records[0]
+    fmt = _format_of(set(first), first)
     if fmt is None:
-        raise TaskFormatError(f"{first.where}: cannot tell the format from keys {sorted(first.value)}; "
+        raise TaskFormatError(f"{where}: cannot tell the format from keys {sorted(first)}; "
                               f"set the task's format")
     return fmt
 

@@ -49,7 +49,7 @@ def call_counts(records: list[dict], style: CallStyle | None = None) -> dict:
     open in its ``output``, which are not among them: one whose input never closed (``malformed_call``,
     ``[QA(Who``) and one whose input closed but whose result marker never came (``[QA(Who?)`` at the end)."""
     style = style or get_style("plain")
-    by_code = {code: kind for kind, codes in MALFORMED_KINDS.items() for code in codes}
+    by_code: dict[str | None, str] = {code: kind for kind, codes in MALFORMED_KINDS.items() for code in codes}
     malformed = dict.fromkeys([*MALFORMED_KINDS, "unclosed"], 0)
     calls = 0
     for r in records:

@@ -3,6 +3,8 @@ the tools of MCP servers (``tools.mcp_servers``, :mod:`toolformer.tools.mcpclien
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from toolformer.tools.base import Tool, ToolError
 from toolformer.tools.calculator import Calculator, calculate
 from toolformer.tools.calendar import Calendar
@@ -60,7 +62,7 @@ def build_tools(cfg, names: list[str] | None = None) -> dict[str, Tool]:
         raise
 
 
-def close_tools(tools: dict[str, Tool]) -> None:
+def close_tools(tools: Mapping[str, Tool]) -> None:
     """Release every tool (stop the MCP servers among them)."""
     for tool in tools.values():
         tool.close()

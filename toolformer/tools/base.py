@@ -6,11 +6,15 @@ string property ``input`` (described, with an example); the text of a call
 ``[Tool(x)]`` is the argument object ``{"input": "x"}``. A tool that takes
 nothing (Calendar) has an empty object schema and ignores what a call writes.
 A tool also declares the grammar of its input (``input_pattern``, a regular
-expression) that constrained decoding keeps a model's calls to.
+expression) that constrained decoding keeps a model's calls to. Code a call
+must finish although the sandbox gives up on it runs in :func:`uninterrupted`.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 TEXT_PATTERN = r"[^\n]*\w[^\n]*"
@@ -36,6 +40,34 @@ def side_effects_allowed(allow: bool | list[str], name: str) -> bool:
     """Whether ``tools.allow_side_effects`` (true, or a list of tool names) lets tool ``name`` run although it is
     not read-only."""
     return allow is True or (isinstance(allow, list) and name in allow)
+
+
+class CallAbandoned(BaseException):
+    """Raised in the thread of a call the sandbox gave up on (past its timeout), so that the tool's code stops
+    working, and allocating, for nobody. A BaseException: a tool's ``except Exception`` does not keep it."""
+
+
+CURRENT_CALL = threading.local()  # .call: the sandbox's call whose thread this is (`sandbox._Call`)
+
+
+@contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Run the block to its end even if the sandbox abandons the call meanwhile; the call stops right after.
+    For work whose result later calls reuse and whose size is bounded (a tool loading its data file)."""
+    call = getattr(CURRENT_CALL, "call", None)
+    if call is None:  # not in a sandbox call
+        yield
+        return
+    with call.lock:
+        call.shields += 1
+    try:
+        yield
+    finally:
+        with call.lock:
+            call.shields -= 1
+            stop = call.abandoned and not call.shields
+        if stop:
+            raise CallAbandoned
 
 
 @dataclass

@@ -77,7 +77,9 @@ def _evaluate(node: ast.AST, text: str) -> Fraction:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body, text)
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        v = Fraction(Decimal(ast.get_source_segment(text, node)))  # a float would round 17+ digits
+        segment = ast.get_source_segment(text, node)
+        assert segment is not None  # the node was parsed from text
+        v = Fraction(Decimal(segment))  # a float would round 17+ digits
         if abs(v) > MAX_MAGNITUDE:
             raise ToolError("too_large", f"number exceeds {float(MAX_MAGNITUDE):.0e}")
         return v

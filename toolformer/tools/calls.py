@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from toolformer.config.tools import CALL_NAME
+
 __all__ = [
     "CALL_NAME",
     "ApiCall",
@@ -93,8 +95,6 @@ class ParsedCall:
     closed: bool  # the call-end marker was found
 
 
-CALL_NAME = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
-"""What a call can name: letters, digits and `_`, in parts joined by dots (`words.lookup`, an MCP server's tool)."""
 _NAME = re.compile(CALL_NAME)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
 
@@ -33,8 +34,8 @@ class MT(Tool):
         self.model_path = model_path
         self.target_lang = target_lang
         self.max_new_tokens = max_new_tokens
-        self._model = None
-        self._tokenizer = None
+        self._model: Any = None  # a transformers seq2seq model and its tokenizer, loaded on first use
+        self._tokenizer: Any = None
         self._lock = threading.Lock()  # one generate at a time on a shared model
 
     def _load(self) -> None:

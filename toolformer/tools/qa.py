@@ -12,8 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
-from toolformer.tools.sandbox import uninterrupted
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
 from toolformer.tools.wikisearch import BM25Index, _stamp, read_collection, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
@@ -75,6 +74,7 @@ class QA(Tool):
         if not question:
             raise ToolError("empty", "empty question", "a question, e.g. [QA(Where does the Danube end?)]")
         self._load()
+        assert self._index is not None and self._facts is not None  # set by _load
         words = set(tokenize_words(question))
         for i, _score in self._index.search(" ".join(query_words(question)), self.candidates):
             fact = self._facts[i]

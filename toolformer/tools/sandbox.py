@@ -19,12 +19,12 @@ import ctypes
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from toolformer.tools.base import Tool, ToolError
+from toolformer.tools.base import CURRENT_CALL, CallAbandoned, Tool, ToolError
+from toolformer.tools.base import uninterrupted as uninterrupted  # where tools and tests have found it
 
 if TYPE_CHECKING:
     from toolformer.config.schema import PipelineConfig
@@ -78,36 +78,9 @@ def check_arguments(tool: Tool, tool_input: str, validator) -> Outcome | None:
     return schema_errors(tool, arguments, validator)
 
 
-class CallAbandoned(BaseException):
-    """Raised in the thread of a call the sandbox gave up on (past its timeout), so that the tool's code stops
-    working, and allocating, for nobody. A BaseException: a tool's ``except Exception`` does not keep it."""
-
-
-_CURRENT = threading.local()  # .call: the _Call whose thread this is
-
-
-@contextmanager
-def uninterrupted() -> Iterator[None]:
-    """Run the block to its end even if the sandbox abandons the call meanwhile; the call stops right after.
-    For work whose result later calls reuse and whose size is bounded (a tool loading its data file)."""
-    call = getattr(_CURRENT, "call", None)
-    if call is None:  # not in a sandbox call
-        yield
-        return
-    with call.lock:
-        call.shields += 1
-    try:
-        yield
-    finally:
-        with call.lock:
-            call.shields -= 1
-            stop = call.abandoned and not call.shields
-        if stop:
-            raise CallAbandoned
-
-
 def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
     """Raise ``exc`` in ``thread`` when it next runs Python code (CPython's PyThreadState_SetAsyncExc)."""
+    assert thread.ident is not None  # a started thread has one
     ident = ctypes.c_ulong(thread.ident)
     if ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, ctypes.py_object(exc)) > 1:  # never expected: undo it
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, None)
@@ -133,7 +106,7 @@ class _Call:
                 if self.abandoned:
                     return
                 self.running = True
-            _CURRENT.call = self
+            CURRENT_CALL.call = self
             try:
                 outcome = work()
             except CallAbandoned:

@@ -14,8 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
-from toolformer.tools.sandbox import uninterrupted
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -87,12 +86,12 @@ class BM25Index:
 
         self.size = len(texts)
         stamp_file = cache_dir / "stamp.txt" if cache_dir else None
-        if cache_dir and stamp_file.exists() and stamp_file.read_text() == stamp:
+        if stamp_file is not None and stamp_file.exists() and stamp_file.read_text() == stamp:
             self.retriever = bm25s.BM25.load(str(cache_dir))
             return
         self.retriever = bm25s.BM25()
         self.retriever.index([tokenize_words(t) for t in texts], show_progress=False)
-        if cache_dir:
+        if cache_dir and stamp_file is not None:
             try:
                 cache_dir.mkdir(parents=True, exist_ok=True)
                 self.retriever.save(str(cache_dir))
@@ -164,6 +163,7 @@ class WikiSearch(Tool):
         if not tool_input.strip():
             raise ToolError("empty", "empty query", "a few search words, e.g. [WikiSearch(Danube mouth)]")
         self._load()
+        assert self._index is not None and self._docs is not None  # set by _load
         hits = self._index.search(tool_input, self.top_k)
         if not hits:
             raise ToolError("not_found", f"no document matches {tool_input!r}")

@@ -14,10 +14,11 @@ import functools
 import random
 import re
 import string
+from typing import TYPE_CHECKING
 
 from toolformer.tools.calls import get_style
 from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, OPS, SCENE_FORMS, UNITS, Item, Split, written
-from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, NonceFacts
+from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
 _WORDS = re.compile(r"\w+")
@@ -41,6 +42,22 @@ COPY_TEMPLATES = [
 class CopyingDocs:
     """The copying documents of a :class:`~toolformer.world.corpora.Writer` (its ``rng``, ``world``, ``split``,
     shares and item makers)."""
+
+    if TYPE_CHECKING:  # what the Writer provides
+        rng: random.Random
+        world: World
+        split: Split
+        nonce: NonceFacts | None
+        questions: dict[str, list[int]]
+        rewrite_share: float
+        rewrite_math_share: float
+        cue_number_first: float
+
+        def ask(self, fact: Fact) -> str: ...
+
+        def item(self, size: str, op: str | None = None) -> Item: ...
+
+        def call_input(self, item: Item) -> str: ...
 
     def copy_doc(self) -> str:
         """A list of numbers said twice: dense in-context copying, which makes
@@ -168,7 +185,7 @@ class CopyingDocs:
             first, second = (item.a, item.b) if rng.random() < 0.5 else (item.b, item.a)
             units = item.slots["units"]
             loose = lambda lo, hi: [rng.choice(LOOSE_WORDS) for _ in range(rng.randint(lo, hi))]  # noqa: E731
-            slots = [[], [], []]
+            slots: list[list[str]] = [[], [], []]
             rng.choice(slots).append(rng.choice(cues[op]))
             a, b = written(first, item.separators), written(second, item.separators)
             words = [rng.choice([item.slots["T"], item.slots["P"]]), *loose(1, 2), *slots[0], a, units,

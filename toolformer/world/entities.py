@@ -142,7 +142,8 @@ class Fact:
 
     def record(self) -> dict:
         """A line of knowledge.jsonl."""
-        rec = {"subject": self.subject, "relation": self.relation, "object": self.object, "text": self.text()}
+        rec: dict[str, object] = {"subject": self.subject, "relation": self.relation, "object": self.object,
+                                  "text": self.text()}
         if self.aliases:
             rec["aliases"] = list(self.aliases)
         rec["split"] = self.split  # where the fact is stated; the QA tool ignores it

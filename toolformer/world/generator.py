@@ -39,9 +39,11 @@ corpus.jsonl's first ``corpus_docs`` lines too.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from toolformer.config.load import config_hash
@@ -150,11 +152,12 @@ def _noisy_docs(world: World, wc: WorldConfig, split: Split, questions: dict, fa
     rows = []
     for i in range(wc.noisy_docs):
         date = random_date(rng)
+        make: Callable[[], tuple[str, list[dict]]]
         if rng.random() < 0.5 or not facts:
             make = lambda: w.math_doc("large", max_items=2)  # noqa: E731
         else:
             chosen = next(groups)
-            make = lambda c=chosen: w.facts_text(c, quiz=True)  # noqa: E731
+            make = functools.partial(w.facts_text, chosen, quiz=True)
         text, gold = _guarded(make, guard, "noisy annotation")
         rows.append({"id": f"d{first + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     return rows
@@ -173,6 +176,91 @@ def _problem_docs(world: World, wc: WorldConfig, split: Split, questions: dict, 
         text, gold = _guarded(lambda: w.math_doc("large", max_items=2), guard, "one-step problem")
         rows.append({"id": f"d{first + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     return rows
+
+
+def _write_pretraining(path: Path, world: World, wc: WorldConfig, split: Split, train_q: dict, pre: list[Fact],
+                       kept_out: list[Fact]) -> int:
+    """The pre-training documents, from their own stream: the pre-training facts, none of ``kept_out``."""
+    w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, split, train_q, wc.note_share, wc.earlier_share,
+               wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share,
+               text_order=wc.text_order, rewrite_share=wc.rewrite_share,
+               rewrite_math_share=wc.rewrite_math_share, cue_number_first=wc.cue_number_first)
+    guard = LeakGuard(kept_out)
+    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
+                                wc.induction_share, wc.copycall_share, wc.cuecall_share)
+    return _write_jsonl(path, ({"text": _guarded(make, guard, "pre-training")} for _ in range(wc.pretrain_docs)))
+
+
+def _write_corpus(path: Path, world: World, wc: WorldConfig, split: Split, train_q: dict, pre: list[Fact],
+                  cor: list[Fact], held: list[Fact]) -> int:
+    """The annotation corpus with its gold calls, from its own stream: arithmetic, dated and fact documents
+    (the annotation facts, none held out), then the two-step, noisy and problem documents."""
+    rng = random.Random(f"{wc.seed}-corpus")
+    w = Writer(world, rng, pre + cor, split, train_q, problem_share=wc.problem_share, filler_share=wc.filler_share,
+               separators=wc.separator_share, text_order=wc.text_order)
+    guard = LeakGuard(held)
+    groups = _corpus_fact_groups(rng, cor)
+    rows = []
+    for i in range(wc.corpus_docs):
+        date = random_date(rng)
+        r = rng.random()
+        kind = "math" if r < wc.math_share or not cor else "dated" if r < wc.math_share + wc.dated_share else "facts"
+        chosen = next(groups) if kind == "facts" else []
+        text, gold = _guarded(lambda k=kind, c=chosen, d=date: corpus_doc(w, k, c, d), guard, "annotation")
+        rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
+    rows += _twostep_docs(world, wc, split, train_q, pre + cor, LeakGuard(held))
+    rows += _noisy_docs(world, wc, split, train_q, cor, LeakGuard(held), len(rows))
+    rows += _problem_docs(world, wc, split, train_q, pre + cor, LeakGuard(held), len(rows))
+    return _write_jsonl(path, rows)
+
+
+def _write_heldout(path: Path, world: World, wc: WorldConfig, split: Split, train_q: dict, pre: list[Fact],
+                   kept_out: list[Fact]) -> int:
+    """The held-out documents (perplexity), from their own stream: the pre-training facts, none of ``kept_out``."""
+    w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
+               filler_share=wc.filler_share, separators=wc.separator_share, text_order=wc.text_order)
+    guard = LeakGuard(kept_out)
+    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share)  # noqa: E731
+    return _write_jsonl(path, ({"text": _guarded(make, guard, "held-out")} for _ in range(wc.heldout_docs)))
+
+
+def _write_eval_sets(paths: dict[str, Path], world: World, wc: WorldConfig, split: Split, train_q: dict,
+                     heldout_q: dict, held: list[Fact]) -> dict[str, int]:
+    """The evaluation sets, each from its own stream: math and QA in training forms (seen) and in held-out
+    forms (unseen), and the two-step problems (with ``world.eval_twostep``); returns their item counts."""
+    counts: dict[str, int] = {}
+    for unseen in (False, True):
+        name = "unseen" if unseen else "seen"
+        w = Writer(world, random.Random(f"{wc.seed}-eval-{name}"), [], split, heldout_q if unseen else train_q,
+                   separators=wc.separator_share, heldout=unseen)
+        problems = [eval_math_item(w, OPS[i % len(OPS)]) for i in range(wc.eval_math)]
+        atomic_write_text(paths[f"eval_math_{name}"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
+        counts[f"eval_math_{name}"] = len(problems)
+        asked = [held[i % len(held)] for i in range(wc.eval_qa)] if held else []
+        counts[f"eval_qa_{name}"] = _write_jsonl(paths[f"eval_qa_{name}"], (eval_qa_item(w, f) for f in asked))
+    if wc.eval_twostep:
+        w = Writer(world, random.Random(f"{wc.seed}-eval-twostep"), [], split, train_q, separators=wc.separator_share)
+        problems = [eval_twostep_item(w, TWOSTEP_FORMS[i % len(TWOSTEP_FORMS)]) for i in range(wc.eval_twostep)]
+        atomic_write_text(paths[f"eval_{TWOSTEP_SET}"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
+        counts[f"eval_{TWOSTEP_SET}"] = len(problems)
+    return counts
+
+
+def _summary_line(cfg: PipelineConfig, world: World, facts: tuple[list, list, list], counts: dict,
+                  seconds: float) -> str:
+    """What ``toolformer world`` prints: facts per part, documents and items written, where and how fast."""
+    wc = cfg.world
+    pre, cor, held = facts
+    return (f"world: {len(world.facts):,} facts ({len(pre):,} pre-training / {len(cor):,} annotation / "
+            f"{len(held):,} tools only); wrote {counts['pretrain']:,} pre-training, {counts['corpus']:,} annotation, "
+            f"{counts['heldout']:,} held-out documents, {counts['eval_math_seen']:,} math and "
+            f"{counts['eval_qa_seen']:,} QA eval items per set (seen and unseen forms)"
+            + (f", {wc.twostep_docs:,} two-step annotation documents (in the {counts['corpus']:,})" if wc.twostep_docs
+               else "")
+            + (f", {wc.noisy_docs:,} noisy annotation documents" if wc.noisy_docs else "")
+            + (f", {wc.problem_docs:,} one-step problem documents" if wc.problem_docs else "")
+            + (f", {wc.eval_twostep:,} two-step problems" if wc.eval_twostep else "")
+            + f" to {world_dir(cfg)} in {seconds:.1f} s")
 
 
 def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
@@ -197,58 +285,13 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         k: [QUESTION_FORMS[k][i] for i in ho] for k, ho in heldout_q.items()}}, indent=1) + "\n")
 
     # Each file draws from its own stream, so changing one count leaves the other files as they were.
-    w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, split, train_q, wc.note_share, wc.earlier_share,
-               wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share,
-               text_order=wc.text_order, rewrite_share=wc.rewrite_share,
-               rewrite_math_share=wc.rewrite_math_share, cue_number_first=wc.cue_number_first)
-    guard = LeakGuard(cor + held)
-    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
-                                wc.induction_share, wc.copycall_share, wc.cuecall_share)
-    counts["pretrain"] = _write_jsonl(paths["pretrain"], ({"text": _guarded(make, guard, "pre-training")}
-                                                          for _ in range(wc.pretrain_docs)))
-
-    rng = random.Random(f"{wc.seed}-corpus")
-    w = Writer(world, rng, pre + cor, split, train_q, problem_share=wc.problem_share, filler_share=wc.filler_share,
-               separators=wc.separator_share, text_order=wc.text_order)
-    guard = LeakGuard(held)
-    groups = _corpus_fact_groups(rng, cor)
-    rows = []
-    for i in range(wc.corpus_docs):
-        date = random_date(rng)
-        r = rng.random()
-        kind = "math" if r < wc.math_share or not cor else "dated" if r < wc.math_share + wc.dated_share else "facts"
-        chosen = next(groups) if kind == "facts" else []
-        text, gold = _guarded(lambda k=kind, c=chosen, d=date: corpus_doc(w, k, c, d), guard, "annotation")
-        rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
-    rows += _twostep_docs(world, wc, split, train_q, pre + cor, LeakGuard(held))
-    rows += _noisy_docs(world, wc, split, train_q, cor, LeakGuard(held), len(rows))
-    rows += _problem_docs(world, wc, split, train_q, pre + cor, LeakGuard(held), len(rows))
-    counts["corpus"] = _write_jsonl(paths["corpus"], rows)
+    counts["pretrain"] = _write_pretraining(paths["pretrain"], world, wc, split, train_q, pre, cor + held)
+    counts["corpus"] = _write_corpus(paths["corpus"], world, wc, split, train_q, pre, cor, held)
     counts["corpus_twostep"] = wc.twostep_docs
     counts["corpus_noisy"] = wc.noisy_docs
     counts["corpus_problems"] = wc.problem_docs
-
-    w = Writer(world, random.Random(f"{wc.seed}-heldout"), pre, split, train_q, problem_share=wc.problem_share,
-               filler_share=wc.filler_share, separators=wc.separator_share, text_order=wc.text_order)
-    guard = LeakGuard(cor + held)
-    make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share)  # noqa: E731
-    counts["heldout"] = _write_jsonl(paths["heldout"], ({"text": _guarded(make, guard, "held-out")}
-                                                        for _ in range(wc.heldout_docs)))
-
-    for unseen in (False, True):
-        name = "unseen" if unseen else "seen"
-        w = Writer(world, random.Random(f"{wc.seed}-eval-{name}"), [], split, heldout_q if unseen else train_q,
-                   separators=wc.separator_share, heldout=unseen)
-        problems = [eval_math_item(w, OPS[i % len(OPS)]) for i in range(wc.eval_math)]
-        atomic_write_text(paths[f"eval_math_{name}"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
-        counts[f"eval_math_{name}"] = len(problems)
-        asked = [held[i % len(held)] for i in range(wc.eval_qa)] if held else []
-        counts[f"eval_qa_{name}"] = _write_jsonl(paths[f"eval_qa_{name}"], (eval_qa_item(w, f) for f in asked))
-    if wc.eval_twostep:
-        w = Writer(world, random.Random(f"{wc.seed}-eval-twostep"), [], split, train_q, separators=wc.separator_share)
-        problems = [eval_twostep_item(w, TWOSTEP_FORMS[i % len(TWOSTEP_FORMS)]) for i in range(wc.eval_twostep)]
-        atomic_write_text(paths[f"eval_{TWOSTEP_SET}"], json.dumps(problems, indent=1, ensure_ascii=False) + "\n")
-        counts[f"eval_{TWOSTEP_SET}"] = len(problems)
+    counts["heldout"] = _write_heldout(paths["heldout"], world, wc, split, train_q, pre, cor + held)
+    counts |= _write_eval_sets(paths, world, wc, split, train_q, heldout_q, held)
 
     seconds = round(time.perf_counter() - t0, 2)
     summary = {
@@ -261,16 +304,7 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
         "heldout_forms": split.record()["heldout_forms"],
     }
     atomic_write_text(paths["summary"], json.dumps(summary, indent=2) + "\n")
-    print(f"world: {len(world.facts):,} facts ({len(pre):,} pre-training / {len(cor):,} annotation / "
-          f"{len(held):,} tools only); wrote {counts['pretrain']:,} pre-training, {counts['corpus']:,} annotation, "
-          f"{counts['heldout']:,} held-out documents, {counts['eval_math_seen']:,} math and {counts['eval_qa_seen']:,} "
-          f"QA eval items per set (seen and unseen forms)"
-          + (f", {wc.twostep_docs:,} two-step annotation documents (in the {counts['corpus']:,})" if wc.twostep_docs
-             else "")
-          + (f", {wc.noisy_docs:,} noisy annotation documents" if wc.noisy_docs else "")
-          + (f", {wc.problem_docs:,} one-step problem documents" if wc.problem_docs else "")
-          + (f", {wc.eval_twostep:,} two-step problems" if wc.eval_twostep else "")
-          + f" to {world_dir(cfg)} in {seconds:.1f} s")
+    print(_summary_line(cfg, world, (pre, cor, held), counts, seconds))
     return paths
 
 

@@ -38,6 +38,7 @@ import os
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from toolformer.config.load import config_hash, dump_yaml, without_added
 from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
@@ -240,6 +241,57 @@ def use_shipped(cfg: PipelineConfig, key: str, out: Path) -> bool:
     return True
 
 
+def _tokenizer_and_model(cfg: PipelineConfig, paths: dict[str, Path]) -> tuple[Any, Any]:
+    """The tokenizer, checked (trained on the world's texts, or that of ``pretrain.init_from``), and the model
+    to start from (None: one is built from scratch)."""
+    from toolformer.lm.tokenizer import set_prefix_space, train_tokenizer
+
+    pc = cfg.pretrain
+    if pc.init_from:
+        tokenizer, model = start_model(pc)
+    else:
+        tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size,
+                                    digits_apart=pc.digits_apart)
+        model = None
+    check_tokenizer(tokenizer, pc.digits_apart)
+    if pc.prefix_space:
+        set_prefix_space(tokenizer)
+    return tokenizer, model
+
+
+def _probe_best(cfg: PipelineConfig, out: Path, paths: dict[str, Path]) -> dict:
+    """With ``pretrain.probe_items``, the probes of the best model saved in ``out`` (written to its probe.json);
+    else {}."""
+    pc = cfg.pretrain
+    if not pc.probe_items:
+        return {}
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    best = AutoModelForCausalLM.from_pretrained(out).eval()
+    probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths, pc.probe_items, seed=cfg.seed,
+                      corpus_docs=cfg.world.corpus_docs)
+    atomic_write_text(out / "probe.json", json.dumps(probe, indent=2, ensure_ascii=False) + "\n")
+    return probe
+
+
+def _record(cfg: PipelineConfig, key: str, out: Path, paths: dict[str, Path], vocab_size: int, params: int,
+            result: dict, wall: float, probe: dict) -> dict:
+    """The base model's manifest (``pretrain.json``): its key, the hashes of its weights and corpus, the
+    training's result, the probes and the versions."""
+    pc = cfg.pretrain
+    weights = sha256_file(out / "model.safetensors")
+    return {"key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
+            "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
+            "vocab_size": vocab_size, "steps": result["steps"], "seq_len": pc.seq_len,
+            "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
+            "init_from": ({"path": pc.init_from,
+                           "model_sha256": sha256_file(Path(pc.init_from) / "model.safetensors")}
+                          if pc.init_from else None),
+            "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
+            "versions": versions(),
+            "command": "toolformer pretrain --config pipeline_config.yaml (this folder's)"}
+
+
 def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     """Train the tokenizer and base model of the small world; return the model folder."""
     pc = cfg.pretrain
@@ -256,7 +308,6 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
     set_threads(pc.threads)
     from toolformer.lm.rows import IGNORE_INDEX
-    from toolformer.lm.tokenizer import set_prefix_space, train_tokenizer
     from toolformer.lm.training import TrainArgs, train_causal_lm
     from toolformer.stages import seed_everything
 
@@ -264,16 +315,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     paths = world_paths(cfg)
     seed_everything(cfg.seed)
     t0 = time.perf_counter()
-    if pc.init_from:
-        tokenizer, model = start_model(pc)
-    else:
-        tokenizer = train_tokenizer(tokenizer_texts(paths, cfg.world.corpus_docs), vocab_size=pc.vocab_size,
-                                    digits_apart=pc.digits_apart)
-        model = None
-    check_tokenizer(tokenizer, pc.digits_apart)
-    if pc.prefix_space:
-        set_prefix_space(tokenizer)
-
+    tokenizer, model = _tokenizer_and_model(cfg, paths)
     docs = [d["text"] for d in read_jsonl(paths["pretrain"], ("text",))]
     n_dev = min(pc.dev_docs, len(docs) // 10)
     train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
@@ -293,27 +335,10 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
                              on_step=_probe_during_training(model, tokenizer, paths, pc, cfg.seed,
                                                             cfg.world.corpus_docs))
 
-    probe = {}
-    if pc.probe_items:
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        best = AutoModelForCausalLM.from_pretrained(out).eval()
-        probe = run_probe(best, AutoTokenizer.from_pretrained(out), paths, pc.probe_items, seed=cfg.seed,
-                          corpus_docs=cfg.world.corpus_docs)
-        atomic_write_text(out / "probe.json", json.dumps(probe, indent=2, ensure_ascii=False) + "\n")
+    probe = _probe_best(cfg, out, paths)
     wall = round(time.perf_counter() - t0, 1)
     atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n" + dump_yaml(cfg))
-    weights = sha256_file(out / "model.safetensors")
-    record = {"key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
-              "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
-              "vocab_size": len(tokenizer), "steps": result["steps"], "seq_len": pc.seq_len,
-              "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
-              "init_from": ({"path": pc.init_from,
-                             "model_sha256": sha256_file(Path(pc.init_from) / "model.safetensors")}
-                            if pc.init_from else None),
-              "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
-              "versions": versions(),
-              "command": "toolformer pretrain --config pipeline_config.yaml (this folder's)"}
+    record = _record(cfg, key, out, paths, len(tokenizer), params, result, wall, probe)
     atomic_write_text(manifest, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     calc = probe.get("Calculator", {})
     copy = (f"; copy probe (Calculator) loss {calc['loss_correct']:.2f} with the call vs {calc['loss_none']:.2f} "

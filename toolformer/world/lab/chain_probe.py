@@ -5,18 +5,13 @@ For generated two-step problems of the demo's world (``c1 = a op b``, then ``c =
 whole text, with none, with a wrong result) of each call at its answer, in several phrasings of the worked answer.
 ``kept`` is the share of items whose call the filter would keep at tau_f 0.5.
 
-    python scripts/chain_probe.py [--model data/world-base] [--items 120]
+    python -m toolformer.world.lab.chain_probe [--model data/world-base] [--items 120]
 """
 
 from __future__ import annotations
 
 import argparse
 import random
-import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 PHRASINGS = {
     # name: (text before the answer, the answer and after, which step is probed)
@@ -35,8 +30,8 @@ PHRASINGS = {
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(ROOT / "data" / "world-base"))
-    ap.add_argument("--config", default=str(ROOT / "configs" / "demo.yaml"))
+    ap.add_argument("--model", default="data/world-base", help="base model folder (default: the shipped one)")
+    ap.add_argument("--config", default="configs/demo.yaml", help="the world's config (default: the demo's)")
     ap.add_argument("--items", type=int, default=120)
     args = ap.parse_args()
 

@@ -1,6 +1,6 @@
 """Evaluate a finished run's tuned model merged with its base model at several weights (``finetune.merge``):
 
-    python scripts/merge_sweep.py runs/demo 1.0 0.5 0.3 0.25 0.2 0.1 [--math novel=runs/novel.json]
+    python -m toolformer.world.lab.merge_sweep runs/demo 1.0 0.5 0.3 0.25 0.2 0.1 [--math novel=runs/novel.json]
 
 For each weight: the run's finetune stage with ``finetune.merge=ALPHA`` (no training: the trained weights are
 kept in ``MODEL/tuned``, see toolformer/lm/merge.py), then the evaluate stage's ``toolformer`` and
@@ -8,8 +8,9 @@ kept in ``MODEL/tuned``, see toolformer/lm/merge.py), then the evaluate stage's 
 every evaluation set and the disabled model's perplexity (on ``evaluate.perplexity_path``, or the small world's
 ``RUN_DIR/world/heldout.jsonl``). At the end the model is merged again with the
 weight of the run's own config, so the run folder is as before (the control model is never touched).
-``--math NAME=PATH`` adds an arithmetic set in the SVAMP format (e.g. scripts/novel_phrasings.py's) to the run's
-evaluation sets, with the prompt of the run's first math set.
+``--math NAME=PATH`` adds an arithmetic set in the SVAMP format (e.g. what
+``toolformer.world.lab.novel_phrasings`` writes) to the run's evaluation sets, with the prompt of the
+run's first math set.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         tasks.append({"name": name, "path": path, "format": "svamp", "kind": "math", "prompt": prompt})
     if a.math:
         extra = ["evaluate.tasks=" + json.dumps(tasks)]  # JSON is YAML flow style
-    lines = []
+    lines: list[str] = []
     try:
         for alpha in a.alphas:
             out = a.run_dir / f"eval-merge-{alpha:g}"

@@ -1,10 +1,11 @@
 """How a base model's greedy calculator calls on the call probe's prompts are wrong, operand by operand:
 
-    python scripts/call_errors.py data/world-base --config configs/demo.yaml --set math_unseen --items 300
-    python scripts/call_errors.py data/world-base --svamp runs/novel.json --by-form
+    python -m toolformer.world.lab.call_errors data/world-base --config configs/demo.yaml --set math_unseen --items 300
+    python -m toolformer.world.lab.call_errors data/world-base --svamp runs/novel.json --by-form
 
 ``--svamp PATH`` probes the problems of any SVAMP-format file instead of the world's set (for example the
-phrasings of ``scripts/novel_phrasings.py``), with the same prompt; ``--by-form`` adds a line per ``Form``.
+phrasings of ``python -m toolformer.world.lab.novel_phrasings``), with the same prompt; ``--by-form`` adds a
+line per ``Form``.
 
 The prompts are the call probe's (``toolformer.world.probe.call_items``: an evaluation problem, the demo's
 prompt and `` [Calculator(``). Each item counts once: exact; both operands right but the operation or order
