@@ -5,11 +5,15 @@
 #   bash scripts/accelerate_run.sh N filter --config configs/X.yaml
 # One GPU per process (NCCL); on a machine without CUDA, N CPU processes (gloo). Several machines: run
 # `accelerate config` once per machine, then `accelerate launch --config_file FILE -m toolformer.cli run ...`
-# (the README shows the command).
+# (the README shows the command; with the venv active, `accelerate` is on PATH).
 set -euo pipefail
 n="${1:?usage: scripts/accelerate_run.sh NUM_PROCESSES COMMAND --config FILE [key=value ...]}"
 shift
+# The repository's virtualenv (.venv, made by scripts/setup.sh) when there is one, else `python` on PATH;
+# PYTHON=... chooses another interpreter. The working directory is kept: config paths stay relative to it.
+root="$(cd "$(dirname "$0")/.." && pwd)"
 python="${PYTHON:-python}"
+[ -x "$root/.venv/bin/python" ] && [ -z "${PYTHON:-}" ] && python="$root/.venv/bin/python"
 if [ "$n" -le 1 ]; then
     exec "$python" -m toolformer.cli "$@"
 fi
