@@ -82,3 +82,12 @@ def write_filter_run(run_dir: str | Path, docs: list[dict], records: list[dict])
     filt.write_shard(0, records[:3])
     filt.write_shard(1, records[3:])
     filt.finish("x", 0, {"per_tool": {}})
+
+
+def mcp_serve_params(config: str = "configs/tiny.yaml"):
+    """How an MCP client starts ``toolformer mcp-serve --config CONFIG`` from the repository root (the official SDK)."""
+    from mcp.client.stdio import StdioServerParameters, get_default_environment
+
+    return StdioServerParameters(command=sys.executable, cwd=str(ROOT),
+                                 args=["-m", "toolformer.cli", "mcp-serve", "--config", config],
+                                 env={**get_default_environment(), "PYTHONPATH": str(ROOT)})

@@ -1,10 +1,9 @@
 """toolformer mcp-serve: the enabled tools over stdio, checked with the MCP SDK's own client."""
 
 import json
-import sys
 
 import pytest
-from helpers import ROOT
+from helpers import mcp_serve_params
 
 mcp = pytest.importorskip("mcp")
 
@@ -12,7 +11,7 @@ mcp = pytest.importorskip("mcp")
 def test_mcp_serve_lists_and_calls_the_tools(capsys):
     import anyio
     from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+    from mcp.client.stdio import stdio_client
 
     from toolformer.cli import main
 
@@ -20,10 +19,7 @@ def test_mcp_serve_lists_and_calls_the_tools(capsys):
     listed = json.loads(capsys.readouterr().out)["tools"]
 
     async def session() -> tuple:
-        params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                       args=["-m", "toolformer.cli", "mcp-serve", "--config", "configs/tiny.yaml"],
-                                       env={**get_default_environment(), "PYTHONPATH": str(ROOT)})
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+        async with stdio_client(mcp_serve_params()) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
             tools = (await s.list_tools()).tools
             calls = [await s.call_tool(name, args) for name, args in (

@@ -5,12 +5,11 @@ too large fails at once, without a thread left reading it."""
 import json
 import os
 import re
-import sys
 import threading
 import time
 
 import pytest
-from helpers import ROOT
+from helpers import mcp_serve_params
 
 from toolformer.cli import main
 from toolformer.tools import ToolError, calculate
@@ -82,7 +81,7 @@ def test_mcp_serve_refuses_arguments_its_schemas_refuse_and_inputs_over_the_limi
     pytest.importorskip("mcp")
     import anyio
     from mcp.client.session import ClientSession
-    from mcp.client.stdio import StdioServerParameters, get_default_environment, stdio_client
+    from mcp.client.stdio import stdio_client
 
     calls = [
         ("Calculator", {"input": 5}), ("Calculator", {"foo": "bar"}), ("Calculator", {}),
@@ -92,10 +91,7 @@ def test_mcp_serve_refuses_arguments_its_schemas_refuse_and_inputs_over_the_limi
     ]
 
     async def session() -> list:
-        params = StdioServerParameters(command=sys.executable, cwd=str(ROOT),
-                                       args=["-m", "toolformer.cli", "mcp-serve", "--config", "configs/tiny.yaml"],
-                                       env={**get_default_environment(), "PYTHONPATH": str(ROOT)})
-        async with stdio_client(params) as (read, write), ClientSession(read, write) as s:
+        async with stdio_client(mcp_serve_params()) as (read, write), ClientSession(read, write) as s:
             await s.initialize()
             return [await s.call_tool(name, args) for name, args in calls]
 

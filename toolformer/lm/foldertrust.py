@@ -24,6 +24,10 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from toolformer.config.tools import McpServerConfig
 
 TRUST_FLAG = "--trust-folder-tools"
 
@@ -44,26 +48,22 @@ class FolderTrust:
 
     spec_file: str
     trusted: bool = False
-    servers: list[dict] = field(default_factory=list)
-    """The MCP servers the folder declares, as recorded."""
+    servers: list[McpServerConfig] = field(default_factory=list)
+    """The MCP servers the folder declares."""
     side_effects: bool | list = False
     """Its ``allow_side_effects``."""
     outside: dict[str, tuple[str, str]] = field(default_factory=dict)
     """Tools key -> (the data path as it resolves, why it is not inside the folder)."""
 
-    def server_of(self, tool: str) -> dict | None:
+    def server_of(self, tool: str) -> McpServerConfig | None:
         """The declared server whose tool is called ``tool``, if any."""
-        for server in self.servers:
-            aliases = server.get("aliases") or {}
-            if tool in {aliases.get(t) or f"{server.get('name')}.{t}" for t in server.get("allow") or []}:
-                return server
-        return None
+        return next((s for s in self.servers if tool in {s.call_name(t) for t in s.allow}), None)
 
     def refused(self) -> list[str]:
         """What of the folder's record is not used, one phrase each (empty when trusted)."""
         if self.trusted:
             return []
-        out = [f"MCP server {s.get('name')!r} (would run: {server_command(s)})" for s in self.servers]
+        out = [f"MCP server {s.name!r} (would run: {server_command(s)})" for s in self.servers]
         if self.side_effects:
             out.append(f"allow_side_effects: {json.dumps(self.side_effects)}")
         out += [f"tools.{key} {path} ({why})" for key, (path, why) in self.outside.items()]
@@ -72,7 +72,7 @@ class FolderTrust:
     def note(self) -> str | None:
         """One line for the user: what was refused (untrusted) or what will run (trusted); None when nothing."""
         if self.trusted:
-            runs = [f"MCP server {s.get('name')!r}: {server_command(s)}" for s in self.servers]
+            runs = [f"MCP server {s.name!r}: {server_command(s)}" for s in self.servers]
             extra = [f"allow_side_effects: {json.dumps(self.side_effects)}"] if self.side_effects else []
             extra += [f"tools.{key} {path} (outside the folder)" for key, (path, _) in self.outside.items()]
             if not runs and not extra:
@@ -99,7 +99,7 @@ class FolderTrust:
             server = self.server_of(tool)
             if server is not None and tool not in known:
                 raise FolderTrustError(
-                    f"{self.spec_file}: tools.enabled: {tool!r} is a tool of MCP server {server.get('name')!r}, "
+                    f"{self.spec_file}: tools.enabled: {tool!r} is a tool of MCP server {server.name!r}, "
                     f"which the folder declares and which would run `{server_command(server)}`; a model folder "
                     f"starts no process: pass {TRUST_FLAG} to run it, or choose the tools yourself "
                     "(--set tools.enabled=[...], or --disabled)")
@@ -122,11 +122,11 @@ def tool_data() -> dict:
     return TOOL_DATA
 
 
-def server_command(server: dict) -> str:
+def server_command(server: McpServerConfig) -> str:
     """A declared MCP server's command line, as a shell would show it."""
     import shlex
 
-    return shlex.join([str(server.get("command", "")), *map(str, server.get("args", []))])
+    return shlex.join([server.command, *server.args])
 
 
 def _within(path: Path, root: Path) -> bool:

@@ -211,9 +211,7 @@ def screen(spec: dict, folder: str | Path, trust: bool = False) -> tuple[dict, F
     if not isinstance(settings, dict):
         raise ValueError(f"{where}: tools.settings: expected an object")
     tools = {"enabled": spec["tools"].get("enabled", []), **settings}
-    servers = tools.get("mcp_servers") or []
-    trust_info = FolderTrust(where, trust, [s for s in servers if isinstance(s, dict)] if isinstance(servers, list)
-                             else [], tools.get("allow_side_effects") or False)
+    trust_info = FolderTrust(where, trust)
     for key, _kind in tool_data().values():
         value = tools.get(key)
         if not value or not isinstance(value, str):
@@ -225,7 +223,8 @@ def screen(spec: dict, folder: str | Path, trust: bool = False) -> tuple[dict, F
             trust_info.outside[key] = (tools[key], why)
             if not trust:  # marked until FolderTrust.enforce: refused if still the folder's when its tool is used
                 tools[key] = OUTSIDE + tools[key]
-    from_dict(ToolsConfig, tools, where, "tools.")  # the record as written is checked, trusted or not
+    recorded = from_dict(ToolsConfig, tools, where, "tools.")  # the record as written is checked, trusted or not
+    trust_info.servers, trust_info.side_effects = recorded.mcp_servers, recorded.allow_side_effects
     if not trust:
         tools.pop("mcp_servers", None)
         tools.pop("allow_side_effects", None)
