@@ -121,6 +121,10 @@ class _Call:
         except CallAbandoned:
             pass  # it arrived while the work was ending: nobody waits for this call any more
 
+    def join(self, timeout: float) -> None:
+        """Wait at most ``timeout`` seconds for the call's thread to end."""
+        self._thread.join(timeout)
+
     def abandon(self) -> Outcome | None:
         """Give up on the call unless it has answered (then return its outcome): stop the Python code its thread
         runs now, or when that leaves :func:`uninterrupted`."""
@@ -258,6 +262,18 @@ class Sandbox:
         (a call past its timeout is abandoned, :meth:`_Call.abandon`, and its slot given to the next)."""
         finished = threading.Event()
         running: dict[tuple, _Call] = {}
+        try:
+            self._collect(queues, results, running, finished)
+        except BaseException:  # a stop (or any error) leaves no call working for nobody
+            stop_by = time.monotonic() + 1.0
+            for call in running.values():
+                call.abandon()
+            for call in running.values():
+                call.join(max(0.0, stop_by - time.monotonic()))
+            raise
+
+    def _collect(self, queues: dict[str, deque], results: dict[tuple, Outcome], running: dict[tuple, _Call],
+                 finished: threading.Event) -> None:
         in_flight: dict[str, int] = dict.fromkeys(queues, 0)
         while any(queues.values()) or running:
             for tool, queue in queues.items():
