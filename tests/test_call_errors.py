@@ -1,4 +1,4 @@
-"""python -m toolformer.world.lab.call_errors: a greedy call's operands, each by how it is wrong."""
+"""python -m toolformer.smallworld.lab.call_errors: a greedy call's operands, each by how it is wrong."""
 
 from pathlib import Path
 
@@ -10,7 +10,7 @@ PROMPT = "Rosa sent 4723 cups and Tom sent 8,738 cups on 12 carts. How many cups
 
 @pytest.fixture(scope="module")
 def call_errors():
-    from toolformer.world.lab import call_errors
+    from toolformer.smallworld.lab import call_errors
 
     return call_errors
 

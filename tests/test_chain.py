@@ -137,7 +137,7 @@ def twostep_run(tmp_path, n_docs: int, *overrides):
     Calculator rules only, filtered at the paper's tau_f 0.5 for the calculator; returns (config, documents)."""
     from test_world import small_cfg
 
-    from toolformer.world import generate_world
+    from toolformer.smallworld import generate_world
 
     wcfg = small_cfg(tmp_path / "w", twostep_docs=n_docs)
     world = generate_world(wcfg)
@@ -157,7 +157,7 @@ def test_chain_round_proposes_the_second_step_on_the_text_with_the_first_call(tm
     documents: the filter keeps the first step before its result; round 2 proposes the second step, whose input
     holds that result, at the answer (offsets back in the original text), scored with the first call inline;
     documents whose two calls were both kept (if any) carry them in the built text as the gold calls say."""
-    from toolformer.demo import chained_documents
+    from toolformer.smallworld.demo import chained_documents
     from toolformer.stages import run_stage
 
     cfg, docs = twostep_run(tmp_path, 8, "chain.rounds=2")

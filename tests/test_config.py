@@ -1,10 +1,9 @@
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from toolformer.config.load import ConfigError, load_config
-from toolformer.config.schema import STAGES, PipelineConfig
+from toolformer.config.schema import PipelineConfig
 
 
 def _write(tmp_path, text):
@@ -48,7 +47,8 @@ def test_every_field_documented():
     import ast
     import inspect
 
-    from toolformer.config import evaluation, schema, tools, world
+    from toolformer.config import evaluation, schema, tools
+    from toolformer.smallworld import config as world
 
     classes = [n for m in (schema, evaluation, tools, world) for n in ast.parse(inspect.getsource(m)).body
                if isinstance(n, ast.ClassDef)]
@@ -58,7 +58,8 @@ def test_every_field_documented():
     for cls in classes:
         body = cls.body
         for i, node in enumerate(body):
-            if not isinstance(node, ast.AnnAssign) or ast.unparse(node.annotation) in sections:
+            if not isinstance(node, ast.AnnAssign) or ast.unparse(node.annotation) in sections \
+                    or ast.unparse(node.annotation).startswith("ClassVar"):  # not a field
                 continue
             nxt = body[i + 1] if i + 1 < len(body) else None
             ok = isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)
@@ -78,33 +79,3 @@ def test_shipped_configs_load_and_say_how_to_run(repo_root: Path):
             load_config(PipelineConfig, f)
 
 
-def test_fields_added_at_their_old_behaviour_leave_stage_hashes_alone():
-    """A run made before the fields of stages.ADDED_FIELDS existed (sample.prompt, sample.model,
-    sample.word_starts, filter.model, finetune.freeze) stays fresh after an upgrade; setting one makes the
-    stages that read it stale."""
-    from toolformer.config.load import config_hash, to_dict
-    from toolformer.stages import ADDED_FIELDS, COMMON, stage_hash
-
-    cfg = PipelineConfig()
-    d = to_dict(cfg)
-    for stage in ("sample", "filter", "finetune"):
-        upto = STAGES[: STAGES.index(stage) + 1]
-        before = {k: dict(d[k]) if isinstance(d[k], dict) else d[k] for k in (*COMMON, *upto)}
-        for section, fields in ADDED_FIELDS.items():
-            for key in fields:
-                if section in before:
-                    del before[section][key]  # the config as it was before the field existed
-        assert stage_hash(cfg, stage) == config_hash(before), stage
-    assert stage_hash(replace(cfg, sample=replace(cfg.sample, prompt="none")), "sample") != stage_hash(cfg, "sample")
-    assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "filter") != stage_hash(cfg, "filter")
-    frozen = replace(cfg, finetune=replace(cfg.finetune, freeze=["self_attn"]))
-    assert stage_hash(frozen, "finetune") != stage_hash(cfg, "finetune")
-    on = replace(cfg, sample=replace(cfg.sample, word_starts=True))
-    assert stage_hash(on, "sample") != stage_hash(cfg, "sample")
-    assert stage_hash(replace(cfg, filter=replace(cfg.filter, model="m")), "sample") == stage_hash(cfg, "sample")
-
-
-def test_freeze_patterns_are_regular_expressions(tmp_path):
-    p = _write(tmp_path, "finetune:\n  freeze: [self_attn, layers.(0]\n")
-    with pytest.raises(ConfigError, match=r"c\.yaml: finetune: freeze\[1\]: 'layers\.\(0' is not a regular expression"):
-        load_config(PipelineConfig, p)

@@ -32,6 +32,9 @@ BAD = [
     ("finetune.tool_data_max_mb", ".inf"), ("build.plain_ratio", ".nan"),
     ("evaluate.top_k_trigger", "0"), ("evaluate.batch_size", "0"), ("evaluate.max_calls", "-1"),
     ("corpus.max_docs", "-3"), ("model.threads", "-1"), ("inspect.bins", "0"),
+]
+# The small world's sections (toolformer.smallworld.config), read by `toolformer demo` and `toolformer world ...`.
+WORLD_BOUNDS = [
     ("world.pretrain_fact_share", ".nan"), ("world.corpus_docs", "0"), ("world.towns", "1"),
     ("pretrain.heads", "0"), ("pretrain.learning_rate", "-.inf"), ("pretrain.eval_every", "0"),
     ("demo.max_calls_row", "-1"),
@@ -133,14 +136,18 @@ def test_an_alias_bomb_as_an_override_value_stays_text(tmp_path, capsys):
     assert "tools.per_tool_concurrency: expected a mapping" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("key, value", BAD, ids=[f"{k}={v}" for k, v in BAD])
-def test_bad_value_exits_2_naming_key_and_source(tmp_path, capsys, key, value):
+# (key, value, the commands that read it: one given the value as an override, one in its config file)
+CASES = [(k, v, ["run"], ["run"]) for k, v in BAD] + [(k, v, ["world", "generate"], ["demo"]) for k, v in WORLD_BOUNDS]
+
+
+@pytest.mark.parametrize("key, value, by_override, by_file", CASES, ids=[f"{c[0]}={c[1]}" for c in CASES])
+def test_bad_value_exits_2_naming_key_and_source(tmp_path, capsys, key, value, by_override, by_file):
     config = run_config(tmp_path)
-    assert main(["run", "--config", str(config), f"{key}={value}"]) == 2
+    assert main([*by_override, "--config", str(config), f"{key}={value}"]) == 2
     err = capsys.readouterr().err
     assert f"config error: override `{key}={value}`: " in err and names_key(err, key), err
     in_file = run_config(tmp_path, nested_yaml(key, value))
-    assert main(["run", "--config", str(in_file)]) == 2
+    assert main([*by_file, "--config", str(in_file)]) == 2
     err = capsys.readouterr().err
     assert f"config error: {in_file}: " in err and names_key(err, key), err
     assert not (tmp_path / "run").exists()
@@ -154,8 +161,10 @@ def test_override_blamed_over_the_file_and_file_over_defaults(tmp_path):
         load_config(PipelineConfig, path, ["filter.horizon=-2"])
     assert load_config(PipelineConfig, path, ["filter.horizon=3"]).filter.horizon == 3
     # a section's check that names no one key names every source of the section's values
+    from toolformer.smallworld.config import load_smallworld
+
     with pytest.raises(ConfigError, match=rf"^{path}, override `world.earlier_share=0.8`: world: note_share \+"):
-        load_config(PipelineConfig, run_config(tmp_path, "world:\n  note_share: 0.5\n"), ["world.earlier_share=0.8"])
+        load_smallworld(run_config(tmp_path, "world:\n  note_share: 0.5\n"), ["world.earlier_share=0.8"])
 
 
 def test_base_values_are_blamed_on_base_source(tmp_path):

@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.config.load import load_config
-from toolformer.config.schema import PipelineConfig
-from toolformer.demo import demo_rows, run_demo
+from toolformer.smallworld.config import load_smallworld
+from toolformer.smallworld.demo import demo_rows, run_demo
 
 pytestmark = pytest.mark.slow  # trains a base model and fine-tunes two: about a minute
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,14 +20,18 @@ REDUCED = [
     "pretrain.dev_docs=20", "pretrain.probe_items=4", "filter.tau_filter=-100", "filter.per_tool_tau={}",
     "finetune.max_steps=4", "finetune.eval_every=2", "finetune.save_every=2", "finetune.batch_size=8",
     "finetune.micro_batch_size=8", "evaluate.max_new_tokens=6", "world.twostep_docs=10", "world.eval_twostep=8",
-    "demo.twostep_max_new_tokens=12", "demo.rounds=2", "finetune.merge=0.5",
+    "demo.twostep_max_new_tokens=12", "demo.rounds=2",
 ]
+
+
+def cfg_of(run_dir: Path):
+    return load_smallworld(ROOT / "configs" / "demo.yaml", [f"run_dir={run_dir}", *REDUCED])
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("demo") / "run"
-    cfg = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [f"run_dir={run_dir}", *REDUCED])
+    cfg = load_smallworld(ROOT / "configs" / "demo.yaml", [f"run_dir={run_dir}", *REDUCED])
     return run_dir, run_demo(cfg)
 
 
@@ -51,22 +54,20 @@ def test_every_stage_produced_its_outputs(demo_run):
     assert spec["tools"]["data"]["knowledge"]["source"] == str((run_dir / "world" / "knowledge.jsonl").resolve())
     assert (run_dir / "model" / "tools" / "knowledge.jsonl").read_bytes() == \
         (run_dir / "world" / "knowledge.jsonl").read_bytes()
-    # finetune.merge 0.5 (REDUCED) merges the tuned model and the control, the weights as trained beside them.
-    for folder in ("model", "control/model"):
-        record = json.loads((run_dir / folder / "merge.json").read_text())
-        assert record["alpha"] == 0.5 and record["base"] == str(run_dir / "base-model")
-        assert (run_dir / folder / "tuned" / "model.safetensors").exists()
+    # config.yaml is the pipeline's config (what `toolformer inspect` and `toolformer run` read), smallworld.yaml
+    # the whole small-world config the demo ran with.
+    assert "world:" not in (run_dir / "config.yaml").read_text()
+    again = load_smallworld(run_dir / "smallworld.yaml")
+    assert again.as_file() == cfg_of(run_dir).as_file()
 
 
 def test_results_json_has_the_rows_and_fields(demo_run):
     run_dir, returned = demo_run
     results = json.loads((run_dir / "results.json").read_text())
     assert results == json.loads(json.dumps(returned))
-    assert results["merge"] == 0.5
     assert set(results["rows"]) == {"base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls",
                                     "toolformer_round2", "toolformer_round2_judged_by_round1"}
-    assert tuple(results["rows"]) == demo_rows(load_config(PipelineConfig, ROOT / "configs" / "demo.yaml",
-                                                           ["demo.rounds=2"]))
+    assert tuple(results["rows"]) == demo_rows(load_smallworld(ROOT / "configs" / "demo.yaml", ["demo.rounds=2"]))
     for name, row in results["rows"].items():
         if row is None:  # a round-2 row without kept calls (test_round2_...)
             assert name.startswith("toolformer_round2")

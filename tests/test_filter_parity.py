@@ -175,31 +175,3 @@ def test_a_head_shared_by_more_rows_than_a_batch_holds(model_and_tok):
     got = scorer.losses(reqs, texts)
     for r in reqs[:12]:
         assert got[r] == pytest.approx(reference_loss(model, r.prefix, texts[r.text_key], 20, 5, 1024), abs=1e-4)
-
-
-@pytest.mark.parametrize("skip", [False, True])
-def test_skip_blank_moves_the_weighted_tokens_past_a_space_token(repo_root, skip):
-    """filter.skip_blank: with the shipped base model's tokenizer (the space before a digit a token of its own)
-    a call before ` 13461` is judged on `1`, `3`, `4`, `6`, `1`, as the paper's BPE judges ` 13`, `461`: the same
-    losses as a call at the next position; off, on the space and the four digits."""
-    from toolformer.config.schema import PipelineConfig
-    from toolformer.lm.textpos import tokenize_text
-    from toolformer.stages.filter import CandidateScorer
-
-    base = str(repo_root / "data" / "world-base")
-    model, tok = AutoModelForCausalLM.from_pretrained(base).eval(), AutoTokenizer.from_pretrained(base)
-    cfg = PipelineConfig()
-    cfg.filter.skip_blank = skip
-    text = "Rosa had 4723 cups and bought 8738 more, so Rosa had 13461 cups in all."
-    ids = tokenize_text(tok, text).ids
-    pieces = [tok.decode([i]) for i in ids]
-    pos = len(pieces) - 1 - pieces[::-1].index(" ")  # the space before 13461
-    assert pieces[pos + 1 : pos + 6] == list("13461")
-    scorer = CandidateScorer(cfg, model, tok, {"d": {"text": text}})
-    rec = {"doc_id": "d", "tool": "Calculator", "input": "4723 + 8738", "position": pos, "char_start": 0,
-           "p_i": None, "source": "rules", "result": "13461", "error": None}
-    here, after = scorer.score([rec, {**rec, "position": pos + 1}])
-    assert scorer.scored_position("d", pos) == pos + skip and scorer.scored_position("d", pos + 1) == pos + 1
-    same = [here[k] == pytest.approx(after[k], abs=1e-6) for k in ("loss_none", "loss_no_result", "loss_plus")]
-    assert all(same) if skip else not any(same)
-    assert here["loss_minus"] - here["loss_plus"] > 0  # the right result helps either way

@@ -108,34 +108,6 @@ def test_control_data_set_and_special_call_tokens(tmp_path, tiny_model_dir):
     assert model.get_input_embeddings().weight.shape[0] == len(tok)
 
 
-def test_call_input_weight(tmp_path, tiny_model_dir, capsys):
-    """Weight 0 on the call inputs: a stage of its own (not the weight-1 run's), which says how many it weighed,
-    and a model whose loss on a call's input is higher than the weight-1 model's (both trained alike)."""
-    texts = write_sums(tmp_path / "run")
-    losses = {}
-    for w in (1.0, 0.0):
-        out = tmp_path / f"model{w:g}"
-        cfg = config(tmp_path, tiny_model_dir, f"finetune.call_input_weight={w}", f"finetune.output_dir={out}",
-                     "finetune.max_steps=12", "finetune.dev_ratio=0", "finetune.learning_rate=0.01")
-        m = run_stage(cfg, force=True).manifest
-        assert m["counts"]["steps"] == 12
-        printed = capsys.readouterr().out
-        assert ("call inputs weigh 0" in printed) == (w == 0.0)
-        tok = AutoTokenizer.from_pretrained(out)
-        model = AutoModelForCausalLM.from_pretrained(out).eval()
-        text = texts[1]
-        start = text.index("(") + 1
-        enc = tok(text, return_offsets_mapping=True, add_special_tokens=False)
-        ids = torch.tensor([[tok.bos_token_id, *enc["input_ids"]]])
-        picked = [k + 1 for k, (a, b) in enumerate(enc["offset_mapping"]) if a >= start and b <= text.index(")")]
-        with torch.no_grad():
-            logp = model(ids).logits.log_softmax(-1)[0]
-        losses[w] = -sum(logp[k - 1, ids[0, k]].item() for k in picked) / len(picked)
-    assert losses[0.0] > losses[1.0]
-    with pytest.raises(ValueError, match="call_input_weight"):
-        config(tmp_path, tiny_model_dir, "finetune.call_input_weight=2")
-
-
 def test_bad_data_set(tmp_path, tiny_model_dir):
     Dataset.from_dict({"body": ["x"]}).save_to_disk(str(tmp_path / "nobody"))
     cfg = config(tmp_path, tiny_model_dir, f"finetune.dataset={tmp_path / 'nobody'}")

@@ -1,4 +1,4 @@
-"""python -m toolformer.world.lab.gold_by_tau: the kept calls' precision and recall at other tau_f, from the
+"""python -m toolformer.smallworld.lab.gold_by_tau: the kept calls' precision and recall at other tau_f, from the
 filter's records."""
 
 import subprocess
@@ -23,7 +23,7 @@ def test_precision_and_recall_at_each_threshold(tmp_path):
         {"tau": 1.5, "kept": 2, "kept_right": 1, "precision": 0.5, "recall": 0.5},
         {"tau": 3.0, "kept": 0, "kept_right": 0, "precision": None, "recall": 0.0}]
     assert gold_by_tau(run, "QA", [1.0])[0]["kept"] == 2
-    out = subprocess.run([sys.executable, "-m", "toolformer.world.lab.gold_by_tau", str(run), "--tau", "1.5"],
+    out = subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.gold_by_tau", str(run), "--tau", "1.5"],
                          capture_output=True, text=True, check=True).stdout
     assert out == "Calculator tau_f 1.5: kept 2 (1 right), precision 50.0 %, recall 50.0 %\n"
 
@@ -36,6 +36,6 @@ def test_a_run_without_gold_or_filter_says_so(tmp_path):
     bare = make_run(tmp_path / "b", stages=("sample",), docs=GOLD_DOCS, calls=GOLD_RUN_CALLS)
     with pytest.raises(FileNotFoundError, match="no filter stage"):
         gold_by_tau(bare, "Calculator", [1.0])
-    done = subprocess.run([sys.executable, "-m", "toolformer.world.lab.gold_by_tau", str(bare)],
+    done = subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.gold_by_tau", str(bare)],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "no filter stage" in done.stderr

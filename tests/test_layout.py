@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "toolformer"
 LAYERS = [("version",), ("config",), ("run",), ("tools",), ("lm",), ("api",), ("records", "corpus", "windows", "tasks"),
-          ("inspect",), ("stages",), ("world",), ("pipeline",), ("demo",),
+          ("inspect",), ("stages",), ("pipeline",), ("smallworld",),
           ("bench", "bench_decoding", "gpucheck", "mcpserve", "interact"), ("cli", "cli_parser")]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 IMPORT = re.compile(r"^\s*(?:from|import) toolformer\.([a-z_]+)", re.M)
@@ -142,7 +142,7 @@ def test_config_names_what_the_layers_below_register():
 
 
 FUNCTION_LINES = 60  # the longest function or method, its decorators left out
-FILE_LINES = 400  # the longest module (tables of data go in data files: toolformer/world/forms/*.json)
+FILE_LINES = 400  # the longest module (tables of data go in data files: toolformer/smallworld/forms/*.json)
 
 
 def long_functions(files: list[Path]) -> list[str]:
@@ -220,3 +220,43 @@ def test_a_stage_refuses_an_option_it_does_not_take(tmp_path):
     with pytest.raises(TypeError, match=r"unknown option\(s\) 'kept_only', 'tol' \(it takes tool, kept,"):
         run_stage("inspect", cfg, tol="QA", kept_only=True, kept="yes")
     assert not (tmp_path / "run").exists()
+
+
+PRODUCT = ("config", "run", "tools", "lm", "tasks", "stages", "inspect")
+
+
+def test_the_product_never_imports_the_small_world():
+    """The pipeline's packages work without the small world (toolformer.smallworld: the demo, its world, its base
+    model and its lab), by any import at any depth."""
+    graph = import_graph(ROOT)
+    product = [name for name in graph if name.count(".") and name.split(".")[1] in PRODUCT]
+    offences = [f"{name} imports {dep}" for name in product for dep in graph[name]
+                if dep.startswith("toolformer.smallworld")]
+    assert not offences, offences
+    assert any(dep.startswith("toolformer.smallworld") for dep in graph["toolformer.cli"])  # the check can see one
+
+
+def test_the_product_config_has_no_small_world_section_and_the_world_defaults_are_the_shipped_world():
+    """PipelineConfig: at most 110 settings, none of the small world's; the small world's defaults are what the
+    demo runs (configs/demo.yaml, at most 40 lines, sets none of them) and data/world-base was trained with."""
+    import dataclasses
+    import typing
+
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.smallworld.config import SECTIONS, load_smallworld
+
+    def leaves(cls) -> int:
+        hints = typing.get_type_hints(cls)
+        return sum(leaves(hints[f.name]) if dataclasses.is_dataclass(hints[f.name]) else 1
+                   for f in dataclasses.fields(cls))
+
+    assert leaves(PipelineConfig) <= 110
+    assert not {f.name for f in dataclasses.fields(PipelineConfig)} & set(SECTIONS)
+    demo = ROOT.parent / "configs" / "demo.yaml"
+    assert len(demo.read_text().splitlines()) <= 40
+    sw = load_smallworld(demo)
+    for name, cls in SECTIONS.items():
+        assert getattr(sw, name) == cls(), name
+    shipped = load_smallworld(ROOT.parent / "data" / "world-base" / "pipeline_config.yaml")
+    assert shipped.world == sw.world
+    assert dataclasses.replace(shipped.pretrain, shipped=sw.pretrain.shipped) == sw.pretrain

@@ -1,4 +1,4 @@
-"""python -m toolformer.world.lab.math_errors: each wrong arithmetic answer by what its call got wrong."""
+"""python -m toolformer.smallworld.lab.math_errors: each wrong arithmetic answer by what its call got wrong."""
 
 import json
 import subprocess
@@ -18,7 +18,7 @@ def run(tmp_path: Path, rows: list, *args: str) -> subprocess.CompletedProcess:
     path = tmp_path / "eval" / "predictions" / "toolformer" / "math_unseen.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(r if isinstance(r, str) else json.dumps(r) + "\n" for r in rows))
-    return subprocess.run([sys.executable, "-m", "toolformer.world.lab.math_errors", str(tmp_path), *args],
+    return subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.math_errors", str(tmp_path), *args],
                           capture_output=True, text=True)
 
 
@@ -39,7 +39,7 @@ def test_each_item_counts_once_by_its_first_call(tmp_path):
 def test_a_broken_line_or_a_missing_file_is_named(tmp_path):
     done = run(tmp_path, [item(True, "6305 + 3471", "9776"), "{not json\n"])
     assert done.returncode == 2 and "math_unseen.jsonl:2: not a prediction record" in done.stderr
-    missing = subprocess.run([sys.executable, "-m", "toolformer.world.lab.math_errors", str(tmp_path / "none")],
+    missing = subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.math_errors", str(tmp_path / "none")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "not found (toolformer evaluate writes it)" in missing.stderr
 

@@ -1,20 +1,20 @@
-import copy
 import json
 import math
 
 import pytest
 from test_world import SMALL, small_cfg
 
-from toolformer.config.schema import PretrainConfig
-from toolformer.world.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
+from toolformer.smallworld.config import PretrainConfig
+from toolformer.smallworld.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
 
 TINY = dict(vocab_size=700, hidden=16, layers=1, heads=2, positions=64, seq_len=32, batch_size=4, max_steps=3,
-            eval_every=2, dev_docs=20, probe_items=6, threads=1, shipped="")
+            eval_every=2, dev_docs=20, probe_items=6, threads=1, shipped="", init_from="", learning_rate=3e-3,
+            digits_apart=False, prefix_space=False)
 
 
 @pytest.fixture(scope="module")
 def pretrained(tmp_path_factory):
-    from toolformer.world.pretrain import pretrain_base_model
+    from toolformer.smallworld.pretrain import pretrain_base_model
 
     cfg = small_cfg(tmp_path_factory.mktemp("pre"))
     cfg.pretrain = PretrainConfig(**TINY)
@@ -24,7 +24,7 @@ def pretrained(tmp_path_factory):
 def test_pretrain_writes_a_loadable_model_and_its_record(pretrained, capsys):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from toolformer.world.pretrain import pretrain_base_model
+    from toolformer.smallworld.pretrain import pretrain_base_model
 
     cfg, out = pretrained
     model = AutoModelForCausalLM.from_pretrained(out)
@@ -54,7 +54,7 @@ def test_pretrain_writes_a_loadable_model_and_its_record(pretrained, capsys):
 
 
 def test_weakest_forms_lists_the_forms_with_unusable_calls_lowest_share_first():
-    from toolformer.world.probe import weakest_forms
+    from toolformer.smallworld.probe import weakest_forms
 
     by_form = {"add-sum": {"items": 10, "usable": 10}, "mul-price": {"items": 14, "usable": 0},
                "div-trips": {"items": 20, "usable": 15}, "sub-stock": {"items": 4, "usable": 1}}
@@ -66,7 +66,7 @@ def test_weakest_forms_lists_the_forms_with_unusable_calls_lowest_share_first():
 def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
     from transformers import AutoTokenizer
 
-    from toolformer.world.pretrain import check_tokenizer
+    from toolformer.smallworld.pretrain import check_tokenizer
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
@@ -85,7 +85,7 @@ def test_digits_apart_gives_a_number_the_same_tokens_in_text_and_call():
     """With ``digits_apart`` the first operand of a call (after ``(``) is the same tokens as the number in the
     text (after a space); by default the text's first digit carries the space and the call's does not."""
     from toolformer.lm.tokenizer import train_tokenizer
-    from toolformer.world.pretrain import WORLD_TOOLS, check_tokenizer
+    from toolformer.smallworld.pretrain import WORLD_TOOLS, check_tokenizer
 
     texts = ["Rosa had 4723 cups. [Calculator(4723 + 8738) → 13461] 13461 cups in all, Rosa said.",
              *[f"[{name}(" for name in WORLD_TOOLS]] * 40
@@ -113,8 +113,8 @@ def test_prefix_space_gives_a_prompts_first_number_the_tokens_it_has_after_a_spa
 
     from toolformer.lm.textpos import tokenize_text
     from toolformer.lm.tokenizer import has_prefix_space, set_prefix_space, train_tokenizer
+    from toolformer.smallworld.pretrain import WORLD_TOOLS, check_tokenizer
     from toolformer.tools.calls import insert_calls
-    from toolformer.world.pretrain import WORLD_TOOLS, check_tokenizer
 
     texts = ["51 families had 4723 cups. [Calculator(4723 / 51) → 92.6] 93 cups each, Rosa said.",
              *[f"[{name}(" for name in WORLD_TOOLS]] * 40
@@ -146,7 +146,7 @@ def test_prefix_space_gives_a_prompts_first_number_the_tokens_it_has_after_a_spa
 def test_build_model_shapes(pretrained, arch):
     from transformers import AutoTokenizer
 
-    from toolformer.world.pretrain import build_model
+    from toolformer.smallworld.pretrain import build_model
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
@@ -158,7 +158,7 @@ def test_build_model_shapes(pretrained, arch):
 def test_rows_start_with_bos(pretrained):
     from transformers import AutoTokenizer
 
-    from toolformer.world.pretrain import pack_with_bos
+    from toolformer.smallworld.pretrain import pack_with_bos
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
@@ -211,9 +211,9 @@ def test_call_items_corrupt_the_argument_the_tool_needs(pretrained):
     swapped) for arithmetic, another entity for QA; unseen prompts use held-out forms."""
     import random
 
+    from toolformer.smallworld.generator import world_paths
+    from toolformer.smallworld.probe import _altered, call_items
     from toolformer.tools.calculator import calculate
-    from toolformer.world.generator import world_paths
-    from toolformer.world.probe import _altered, call_items
 
     rng = random.Random(0)
     for n in ("7", "1000", "4567"):
@@ -237,12 +237,14 @@ def test_cli_probe_on_the_base_model(pretrained, capsys):
     from toolformer.cli import main
 
     cfg, out = pretrained
-    overrides = [f"world.{k}={v}" for k, v in SMALL.items()] + ["pretrain.probe_items=4"]
-    assert main(["probe", f"run_dir={cfg.run_dir}", *overrides]) == 0
+    overrides = [f"world.{k}={str(v).lower()}" for k, v in SMALL.items()] + ["pretrain.probe_items=4"]
+    assert main(["world", "probe", f"run_dir={cfg.run_dir}", *overrides]) == 0
     text = capsys.readouterr().out
     assert "probe Calculator:" in text and "probe math_unseen:" in text and "call probe qa_unseen:" in text
-    assert main(["probe", "--model", str(out / "missing"), f"run_dir={cfg.run_dir}"]) == 2
+    assert main(["world", "probe", "--model", str(out / "missing"), f"run_dir={cfg.run_dir}"]) == 2
     assert "does not exist" in capsys.readouterr().err
+    assert main(["probe", "--model", str(out)]) == 2  # the command of earlier versions names its new name
+    assert "`toolformer probe` is now `toolformer world probe`" in capsys.readouterr().err
 
 
 def test_shipped_base_model_is_copied_when_it_matches(pretrained, tmp_path, capsys):
@@ -253,7 +255,7 @@ def test_shipped_base_model_is_copied_when_it_matches(pretrained, tmp_path, caps
     import filecmp
     import shutil
 
-    from toolformer.world.pretrain import pretrain_base_model
+    from toolformer.smallworld.pretrain import pretrain_base_model
 
     cfg, out = pretrained
     shipped = tmp_path / "shipped"
@@ -287,7 +289,7 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
 
     from safetensors.torch import load_file
 
-    from toolformer.world.pretrain import pretrain_base_model, pretrain_key, sha256_file
+    from toolformer.smallworld.pretrain import pretrain_base_model, pretrain_key, sha256_file
 
     cfg, out = pretrained
     more = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, init_from=str(out), max_steps=2,
@@ -341,79 +343,87 @@ START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", 
 @pytest.mark.slow
 @pytest.mark.parametrize("phase", ["start", "demo"])
 def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkeypatch):
-    """data/world-base is what `toolformer pretrain --config configs/demo.yaml`
-    records for today's code and config, and data/world-base-start what the
-    same command with START_OVERRIDES records: same key, steps and weights hash."""
+    """data/world-base is what `toolformer world pretrain --config configs/demo.yaml` records for today's code,
+    format and config, and data/world-base-start what the same command with START_OVERRIDES records: same key,
+    steps and weights hash."""
     from pathlib import Path
 
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import PipelineConfig
-    from toolformer.world.generator import generate_world, world_paths
-    from toolformer.world.pretrain import pretrain_key, sha256_file
+    from toolformer.run.folder import FORMAT
+    from toolformer.smallworld.config import load_smallworld
+    from toolformer.smallworld.generator import world_paths
+    from toolformer.smallworld.pretrain import pretrain_key, sha256_file
 
     root = Path(__file__).resolve().parent.parent
     monkeypatch.chdir(root)  # the config's folders are relative to the repository
-    cfg = load_config(PipelineConfig, root / "configs" / "demo.yaml", START_OVERRIDES if phase == "start" else [])
+    cfg = load_smallworld(root / "configs" / "demo.yaml",
+                          [*(START_OVERRIDES if phase == "start" else []), f"run_dir={tmp_path}"])
     shipped = root / (cfg.pretrain.shipped + ("-start" if phase == "start" else ""))
     record = json.loads((shipped / "pretrain.json").read_text())
+    assert record["format"] == FORMAT
     assert record["key"] == pretrain_key(cfg), \
-        f"the demo config changed: retrain {shipped.name} (see docs/small-world.md)"
+        f"the demo config or the world generator changed: retrain {shipped.name} (see docs/small-world.md)"
     assert record["steps"] == cfg.pretrain.max_steps
     assert record["model_sha256"] == sha256_file(shipped / "model.safetensors")
     if phase == "demo":
         assert record["init_from"]["model_sha256"] == sha256_file(root / cfg.pretrain.init_from / "model.safetensors")
-    cfg.run_dir, cfg.world.output_dir = str(tmp_path), ""
-    generate_world(cfg)
-    assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"]), \
-        f"the world generator changed: retrain {shipped.name} (see docs/small-world.md)"
+    assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"])
 
 
-def test_demo_config_has_the_shipped_base_models_key(repo_root):
-    """data/world-base stays valid for configs/demo.yaml: its key leaves out the world fields that shape only the
-    annotation corpus's appended documents and the evaluation sets (the two-step ones); others still count."""
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
-    from toolformer.world.pretrain import PRETRAIN_FIELDS_ADDED, WORLD_FIELDS_ADDED, pretrain_key
+def test_pretrain_key_follows_the_texts_not_the_settings_that_leave_them(tmp_path):
+    """The base model's key hashes what pre-training reads: the two-step documents (after the corpus_docs others)
+    and the evaluation sets leave it as it is; a setting that changes the pre-training text or the tokenizer's
+    texts changes it; so does the format."""
+    from unittest import mock
 
-    demo = repo_root / "configs" / "demo.yaml"
-    cfg = load_config(PipelineConfig, demo)
-    record = json.loads((repo_root / cfg.pretrain.shipped / "pretrain.json").read_text())
-    assert cfg.world.twostep_docs and cfg.world.eval_twostep  # the demo has two-step data
-    assert record["key"] == pretrain_key(cfg) and record["steps"] == cfg.pretrain.max_steps
-    assert set(WORLD_FIELDS_NOT_IN_PRETRAINING) == {"twostep_docs", "noisy_docs", "problem_docs", "eval_twostep"}
-    off = load_config(PipelineConfig, demo, ["world.twostep_docs=0", "world.eval_twostep=0", "world.noisy_docs=500",
-                                             "world.problem_docs=300"])
-    assert pretrain_key(off) == record["key"]
-    # A field added later counts only away from the value that writes the corpus older models were trained on:
-    # at that value the key is the one of the config before the field existed.
-    old = load_config(PipelineConfig, demo, [f"world.{k}={str(v).lower()}" for k, v in WORLD_FIELDS_ADDED.items()])
-    before = copy.deepcopy(old)
-    for name in WORLD_FIELDS_ADDED:
-        delattr(before.world, name)
-    assert pretrain_key(old) == pretrain_key(before) != record["key"]
-    for name, value in PRETRAIN_FIELDS_ADDED.items():  # the same for the pretrain section
-        at = load_config(PipelineConfig, demo, [f"pretrain.{name}={str(value).lower()}"])
-        gone = copy.deepcopy(at)
-        delattr(gone.pretrain, name)
-        # A bool field flipped; a folder field (init_from) set to a model folder.
-        other = str(repo_root / cfg.pretrain.shipped) if isinstance(value, str) else str(not value).lower()
-        away = load_config(PipelineConfig, demo, [f"pretrain.{name}={other}"])
-        assert pretrain_key(at) == pretrain_key(gone) != pretrain_key(away)
-    for changed in ("world.cuecall_share=0.1", "world.text_order=false", "world.copycall_share=0.2",
-                    "world.rewrite_share=0.25"):
-        assert pretrain_key(load_config(PipelineConfig, demo, [changed])) != record["key"], changed
-    assert pretrain_key(load_config(PipelineConfig, demo, ["world.corpus_docs=1999"])) != record["key"]
+    from toolformer.smallworld.pretrain import pretrain_key
+
+    def key(name: str, **world) -> str:
+        cfg = small_cfg(tmp_path / name, **world)
+        cfg.pretrain = PretrainConfig(**TINY)
+        return pretrain_key(cfg)
+
+    base = key("base")
+    assert key("no-twostep", twostep_docs=0, eval_twostep=0, eval_math=5, eval_qa=4) == base
+    assert key("cues", cuecall_share=0.2) != base  # the pre-training text
+    assert key("corpus", corpus_docs=SMALL["corpus_docs"] - 1) != base  # the tokenizer's texts
+    with mock.patch("toolformer.smallworld.pretrain.FORMAT", 99):
+        assert key("base") != base
+
+
+def test_a_base_model_of_an_older_format_is_refused(pretrained, tmp_path, capsys):
+    """A base model whose record an older toolformer wrote (no format) is an error naming the folder and --force,
+    in the run folder and as pretrain.shipped; --force trains it again."""
+    import dataclasses
+    import shutil
+
+    from toolformer.smallworld.pretrain import pretrain_base_model
+
+    cfg, out = pretrained
+    old = tmp_path / "old"
+    shutil.copytree(out, old, ignore=shutil.ignore_patterns("checkpoints"))
+    record = json.loads((old / "pretrain.json").read_text())
+    del record["format"]
+    (old / "pretrain.json").write_text(json.dumps(record))
+    here = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, output_dir=str(old)))
+    with pytest.raises(ValueError, match=r"old/pretrain.json: written by an older toolformer .*--force"):
+        pretrain_base_model(here)
+    shipped = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, shipped=str(old),
+                                                                    output_dir=str(tmp_path / "copy")))
+    with pytest.raises(ValueError, match=r"old/pretrain.json: written by an older toolformer .*pretrain.shipped"):
+        pretrain_base_model(shipped)
+    assert pretrain_base_model(here, force=True) == old
+    assert json.loads((old / "pretrain.json").read_text())["format"] == 2
 
 
 def test_tokenizer_and_probe_texts_leave_the_twostep_documents_out(tmp_path):
     """The tokenizer and the copy probe read the same texts with and without the two-step documents, so the
     base model does not depend on them (hence pretrain_key may leave them out)."""
-    from toolformer.world import generate_world
-    from toolformer.world.pretrain import tokenizer_texts
+    from toolformer.smallworld import generate_world
+    from toolformer.smallworld.pretrain import tokenizer_texts
 
     with_two = generate_world(small_cfg(tmp_path / "a"))
-    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0, noisy_docs=0, problem_docs=0))
-    assert SMALL["twostep_docs"] and SMALL["noisy_docs"] and SMALL["problem_docs"]
+    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0))
+    assert SMALL["twostep_docs"]
     assert with_two["corpus"].read_bytes() != without["corpus"].read_bytes()
     n = SMALL["corpus_docs"]
     assert tokenizer_texts(with_two, n) == tokenizer_texts(without, n) == tokenizer_texts(without)

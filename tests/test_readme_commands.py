@@ -182,7 +182,12 @@ def toolformer_problems(argv: list[str]) -> list[str]:
         return []
     path = ROOT / config if config and (ROOT / config).exists() else None
     try:
-        load_config(PipelineConfig, path, list(args.overrides))
+        if args.command in ("demo", "world"):  # the small world's config (toolformer.smallworld.config)
+            from toolformer.smallworld.config import load_smallworld
+
+            load_smallworld(path, list(args.overrides))
+        else:
+            load_config(PipelineConfig, path, list(args.overrides))
     except (ConfigError, ValueError, TypeError, FileNotFoundError) as e:
         return [f"settings: {e}"]
     return []

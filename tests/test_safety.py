@@ -136,13 +136,13 @@ def test_a_user_folder_survives_every_command(tiny_model_dir, tmp_path, capsys, 
     fresh = [o if not o.startswith("run_dir=") else f"run_dir={tmp_path / 'fresh'}" for o in ov]
     commands = [["run", *ov], ["run", "--force", *ov],
                 *([s, *ov] for s in ("sample", "execute", "filter", "chain", "build", "finetune", "evaluate")),
-                ["world", f"run_dir={user}"],
-                ["pretrain", f"run_dir={user}"], ["demo", "--config", "configs/demo.yaml", f"run_dir={user}"],
+                ["world", "generate", f"run_dir={user}"],
+                ["world", "pretrain", f"run_dir={user}"], ["demo", "--config", "configs/demo.yaml", f"run_dir={user}"],
                 ["inspect", str(user)], ["tiny-model", "--out", str(user)],
                 ["finetune", *fresh, f"finetune.output_dir={user}"],
                 ["evaluate", *fresh, f"evaluate.output_dir={user}"]]
     for args in commands:
-        if args[0] not in ("world", "pretrain", "demo", "inspect", "tiny-model"):
+        if args[0] not in ("world", "demo", "inspect", "tiny-model"):
             args = [args[0], "--config", "configs/tiny.yaml", *args[1:]]
         assert main(args) == 2, args
         err = capsys.readouterr().err

@@ -83,10 +83,12 @@ def test_the_round1_model_proposes_its_own_call_without_a_prompt(round1, tmp_pat
 def test_round2_settings_are_checked():
     with pytest.raises(ValueError, match="sample: prompt"):
         load_config(PipelineConfig, None, ["sample.prompt=zero-shot"])
+    from toolformer.smallworld.config import load_smallworld
+
     with pytest.raises(ValueError, match="demo: rounds"):
-        load_config(PipelineConfig, None, ["demo.rounds=3"])
+        load_smallworld(None, ["demo.rounds=3"])
     with pytest.raises(ValueError, match="demo: round2_filters"):
-        load_config(PipelineConfig, None, ["demo.round2_filters=[base, base]"])
+        load_smallworld(None, ["demo.round2_filters=[base, base]"])
 
 
 def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tiny_model_dir):
@@ -120,50 +122,3 @@ def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tin
     assert candidates("Calculator(340 + 275) → 615]", k_calc=3, k_qa=1) == [
         ("Calculator", i, "340 + 275") for i in range(3)]
     assert candidates("QA(Who sold eggs?)]", k_calc=3, k_qa=0) == []  # QA kept no position
-
-
-@pytest.mark.parametrize("prompt", ["none", "few-shot"])
-def test_word_starts_keeps_sampled_calls_out_of_words_and_numbers(tiny_model_dir, prompt):
-    """sample.word_starts: the sampler's positions stand between words, never between two digits of a number
-    (the round-1 model's calls inside numbers); off, the paper's sampler uses every position. Both samplers: one
-    for every tool without a prompt, one per tool with its few-shot prompt."""
-    import torch
-    from test_sampler import ScriptedLM
-    from transformers import AutoTokenizer
-
-    from toolformer.lm.sampler import Sampler
-    from toolformer.lm.textpos import marker_token_ids, starts_word, tokenize_text
-    from toolformer.stages.sample import ANY_TOOL, annotate_group
-    from toolformer.tools import REGISTRY, render_prompt
-    from toolformer.tools.calls import STYLES
-
-    text = "The farm sold 43,516 eggs and 2.5 tons, 615 in all."
-    assert [starts_word(text, text.index(s)) for s in ("farm", "516", ",516", "5 tons", "43", ", 615")] == [
-        True, False, False, False, True, True]
-    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
-    tt = tokenize_text(tok, text)
-    lm = ScriptedLM(len(tok), tok("Calculator(1 + 2)]", add_special_tokens=False)["input_ids"],
-                    marker_token_ids(tok, "["))
-    style = STYLES["plain"]
-    if prompt == "none":
-        samplers = {ANY_TOOL: Sampler(lm, tok, style, None, [tok.bos_token_id])}
-    else:
-        few_shot = render_prompt(REGISTRY["Calculator"], "{text}", style)
-        samplers = {"Calculator": Sampler(lm, tok, style, few_shot, [tok.bos_token_id])}
-    settings = {"Calculator": (0.0, len(tt.ids), 1, "sampler", "Calculator")}
-
-    def starts(*overrides) -> list[int]:
-        cfg = load_config(PipelineConfig, None, [f"sample.prompt={prompt}", "sample.prefilter=false",
-                                                 "sample.max_new_tokens=12", *overrides])
-        torch.manual_seed(0)
-        records, _ = annotate_group(cfg, tok, settings, samplers, [{"doc_id": "d", "text": text}])
-        assert {r["input"] for r in records} <= {"1 + 2"}
-        return sorted(r["char_start"] for r in records)
-
-    every = starts()
-    words = starts("sample.word_starts=true")
-    assert len(every) == len(tt.ids)  # the double scores every position alike: all of them kept
-    inside = {c for c in tt.char_starts if not starts_word(text, c)}
-    assert inside and inside <= set(every)
-    assert words == [c for c in every if c not in inside]
-    assert text.index("43") in words and text.index("516") not in words

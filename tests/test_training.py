@@ -7,16 +7,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, pack_sequences, pack_weighted
-from toolformer.lm.training import (
-    TrainArgs,
-    checkpoint_dirs,
-    freeze,
-    lr_factor,
-    train_causal_lm,
-    weighted_lm_loss,
-)
-from toolformer.tools.calls import call_input_spans, get_style
+from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, pack_sequences
+from toolformer.lm.training import TrainArgs, checkpoint_dirs, lr_factor, train_causal_lm
 
 TEXTS = [f"The town of Vell has {i} people and [Calculator({i} * 3) → {i * 3}] {i * 3} cows." for i in range(40)]
 
@@ -61,45 +53,6 @@ def test_labels_ignore_padding(tiny_model_dir, tok):
         real = packed[:, :n_real]
         unpadded = model(input_ids=real, labels=real).loss
     torch.testing.assert_close(padded, unpadded)
-
-
-@pytest.mark.parametrize("whole", [False, True])
-def test_pack_weighted_weighs_the_call_inputs(tok, whole):
-    texts = ["Vell has 12 boats and [Calculator(12 + 7) → 19] 19 now.", "No call here at all.",
-             "[QA(Where is Vell?) → Orun] Vell lies by Orun; [Calculator(5 * 6) → 30] 30."]
-    spans = [call_input_spans(t, get_style("plain")) for t in texts]
-    assert [[t[a:b] for a, b in s] for t, s in zip(texts, spans)] == [["12 + 7"], [], ["Where is Vell?", "5 * 6"]]
-    rows, weights = pack_weighted(tok, texts, spans, 0.25, 16, whole_documents=whole)
-    assert torch.equal(rows, pack_sequences(tok, texts, 16, whole_documents=whole))
-    assert weights.shape == rows.shape and weights.dtype == torch.float32
-    assert (weights[rows == IGNORE_INDEX] == 0).all() and set(weights[rows >= 0].tolist()) == {1.0, 0.25}
-    picked = tok.decode(rows[weights == 0.25].tolist())
-    for part in ("12", "7", "Where", "Vell", "5", "6"):
-        assert part in picked
-    for part in ("boats", "Calculator", "→", "19", "30", "Orun"):
-        assert part not in picked
-
-
-def test_weighted_loss(tiny_model_dir, tok, rows):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
-    inputs = batch_inputs(rows[:3], pad_id=tok.pad_token_id)
-    with torch.no_grad():
-        out = model(**inputs)
-    ones = torch.ones(rows[:3].shape)
-    torch.testing.assert_close(weighted_lm_loss(out.logits, inputs["labels"], ones), out.loss)
-    # Weight 0 on some tokens: the mean of the others' loss, scaled by their share.
-    zero = torch.rand(rows[:3].shape) < 0.3
-    dropped = inputs["labels"].masked_fill(zero, IGNORE_INDEX)
-    with torch.no_grad():
-        kept = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], labels=dropped).loss
-    share = (dropped[:, 1:] != IGNORE_INDEX).sum() / (inputs["labels"][:, 1:] != IGNORE_INDEX).sum()
-    torch.testing.assert_close(weighted_lm_loss(out.logits, inputs["labels"], (~zero).float()), kept * share)
-
-
-def test_weights_must_match_the_rows(tiny_model_dir, rows, tmp_path):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with pytest.raises(ValueError, match="weights"):
-        train_causal_lm(model, rows, None, args(), tmp_path, train_weights=torch.ones(len(rows), 3))
 
 
 def test_lr_schedule():
@@ -234,24 +187,3 @@ def test_row_nlls_takes_tokens_out_and_renormalises(tiny_model_dir, tok, rows):
                                            reduction="none").double().sum(1)
     assert torch.allclose(plain, ce, atol=1e-4)
     assert torch.equal(row_nlls(model, part, pad, "cpu", [])[1], plain)
-
-
-def test_frozen_parameters_keep_the_base_weights(tiny_model_dir, tok, rows, tmp_path):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    frozen, total = freeze(model, [r"\.attn\."])
-    assert 0 < frozen < total
-    train_causal_lm(model, rows[:-2], None, args(max_steps=3, save_every=0), tmp_path / "m", tokenizer=tok)
-    tuned = AutoModelForCausalLM.from_pretrained(tmp_path / "m")
-    for name, p in tuned.named_parameters():
-        same = torch.equal(p, before[name])
-        assert same == (".attn." in name), name
-
-
-def test_freeze_names_the_pattern_that_matches_nothing(tiny_model_dir):
-    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-    with pytest.raises(ValueError, match=r"finetune.freeze\[1\]: 'attention_q' matches no parameter"):
-        freeze(model, ["mlp", "attention_q"])
-    with pytest.raises(ValueError, match="freezes every parameter"):
-        freeze(model, ["."])
-    assert all(p.requires_grad for p in model.parameters()), "a failed freeze leaves the model as it was"

@@ -4,25 +4,27 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.config.load import ConfigError, load_config
-from toolformer.config.schema import PipelineConfig, WorldConfig
+from toolformer.config.load import ConfigError
+from toolformer.smallworld import generate_world
+from toolformer.smallworld.config import SmallWorldConfig, WorldConfig, load_smallworld
+from toolformer.smallworld.corpora import LeakGuard, date_words
+from toolformer.smallworld.entities import Fact
 from toolformer.tools import REGISTRY
 from toolformer.tools.calculator import calculate
 from toolformer.tools.calls import get_style, parse_calls
 from toolformer.tools.qa import QA
-from toolformer.world import generate_world
-from toolformer.world.corpora import LeakGuard, date_words
-from toolformer.world.entities import Fact
 
 SMALL = dict(towns=14, rivers=3, ranges=2, seas=2, people=18, events=6, pretrain_docs=400, corpus_docs=150,
-             heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16, noisy_docs=20,
-             problem_docs=12,
-             copycall_share=0.2, cuecall_share=0.1)
+             heldout_docs=40, eval_math=24, eval_qa=30, twostep_docs=30, eval_twostep=16,
+             copycall_share=0.2, cuecall_share=0.1,
+             # the plainer world each test below switches its feature on in (the shipped world has them all)
+             note_share=0.3, induction_share=0.0, noise_share=0.0, rewrite_share=0.0, rewrite_math_share=0.0,
+             text_order=False, extra_train_forms=False, scene_forms=False)
 
 
-def small_cfg(out: Path, **kw) -> PipelineConfig:
-    cfg = PipelineConfig(run_dir=str(out))
-    cfg.world = WorldConfig(**{**SMALL, **kw})
+def small_cfg(out: Path, **kw) -> SmallWorldConfig:
+    cfg = SmallWorldConfig(world=WorldConfig(**{**SMALL, **kw}))
+    cfg.pipeline.run_dir = str(out)
     return cfg
 
 
@@ -55,7 +57,7 @@ def test_files_have_their_fields(world):
     assert all(set(d) == {"text"} and d["text"] for d in jsonl(world["pretrain"]))
     assert all(set(d) == {"text"} for d in jsonl(world["heldout"]))
     corpus = jsonl(world["corpus"])
-    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"] + SMALL["noisy_docs"] + SMALL["problem_docs"]
+    assert len(corpus) == SMALL["corpus_docs"] + SMALL["twostep_docs"]
     assert len({d["id"] for d in corpus}) == len(corpus)
     for d in corpus:
         assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", d["date"]) and d["text"] and d["gold_calls"]
@@ -91,8 +93,8 @@ def test_gold_calls_are_right_and_point_at_the_answer(world):
 def test_twostep_problems_and_documents(world):
     """Two-step problems (SVAMP format, training forms and words) and annotation documents whose second gold call
     starts with the first one's result, written at the answer of a worked solution."""
+    from toolformer.smallworld.twostep import TWOSTEP_KEYS
     from toolformer.tasks import load_task
-    from toolformer.world.twostep import TWOSTEP_KEYS
 
     forms = json.loads(world["forms"].read_text())
     problems = json.loads(world["eval_math_twostep"].read_text())
@@ -119,56 +121,13 @@ def test_twostep_problems_and_documents(world):
 def test_twostep_documents_leave_every_other_file_as_it_was(world, tmp_path):
     """The two-step documents and problems draw from their own streams: without them every file is the same,
     and the annotation corpus is the same up to them."""
-    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0, noisy_docs=0, problem_docs=0))
+    without = generate_world(small_cfg(tmp_path, twostep_docs=0, eval_twostep=0))
     assert not without["eval_math_twostep"].exists()
     for name, path in without.items():
         if name not in ("summary", "corpus", "eval_math_twostep"):
             assert path.read_bytes() == world[name].read_bytes(), name
     assert world["corpus"].read_bytes().startswith(without["corpus"].read_bytes())
     assert "eval_math_twostep" not in json.loads(without["summary"].read_text())["files"]
-
-
-def test_noisy_documents_copy_their_words_into_the_gold_calls(world, tmp_path):
-    """The noisy annotation documents come after the two-step ones, from their own stream: arithmetic and quizzes
-    in training forms with random words inserted, which a quiz's gold call repeats word for word."""
-    from toolformer.world.copying import NOISE_WORDS
-
-    first = SMALL["corpus_docs"] + SMALL["twostep_docs"]
-    docs = jsonl(world["corpus"])[first : first + SMALL["noisy_docs"]]
-    assert [d["id"] for d in docs] == [f"d{first + i:05d}" for i in range(SMALL["noisy_docs"])]
-    tools = {g["tool"] for d in docs for g in d["gold_calls"]}
-    assert tools == {"Calculator", "QA"}
-    for d in docs:
-        assert set(re.findall(r"[a-z]+", d["text"])) & set(NOISE_WORDS), d["text"]
-        for g in d["gold_calls"]:
-            if g["tool"] == "QA" and not g.get("aside"):
-                assert f"Question: {g['input']} Answer: " in d["text"]
-                assert set(g["input"].replace("?", "").split()) & set(NOISE_WORDS), g
-    without = generate_world(small_cfg(tmp_path, noisy_docs=0, problem_docs=0))
-    for name, path in without.items():
-        if name not in ("summary", "corpus"):
-            assert path.read_bytes() == world[name].read_bytes(), name
-    assert world["corpus"].read_bytes().startswith(without["corpus"].read_bytes())
-
-
-def test_problem_documents_answer_one_step_problems(world, tmp_path):
-    """The one-step problem documents come last, from their own stream: 1-2 word problems in training forms,
-    each answered `The answer is c.` with its gold call there, and nothing after the answer but a new sentence."""
-    first = SMALL["corpus_docs"] + SMALL["twostep_docs"] + SMALL["noisy_docs"]
-    docs = jsonl(world["corpus"])[first:]
-    assert [d["id"] for d in docs] == [f"d{first + i:05d}" for i in range(SMALL["problem_docs"])]
-    for d in docs:
-        calls = [g for g in d["gold_calls"] if g["tool"] == "Calculator"]
-        assert 1 <= len(calls) <= 2 and d["text"].count("The answer is ") == len(calls), d["text"]
-        for g in calls:
-            assert d["text"][: g["char_start"]].endswith("The answer is ")
-            after = d["text"][g["char_start"] + len(g["result"]):]
-            assert after.startswith("."), d["text"]
-            assert calculate(g["input"]) == g["result"]
-    with_more = generate_world(small_cfg(tmp_path, problem_docs=SMALL["problem_docs"] + 5))
-    longer = jsonl(with_more["corpus"])
-    assert longer[: first + SMALL["problem_docs"]] == jsonl(world["corpus"])
-    assert len(longer) == first + SMALL["problem_docs"] + 5
 
 
 def test_qa_tool_answers_every_eval_question_and_gold_call(world):
@@ -205,7 +164,7 @@ def test_copycall_documents_copy_their_scrambled_wording_into_the_call(world):
     """Pre-training's copy-call documents: quizzes and word problems in broken-up wording, the call inline where a
     tuned model writes it, its input copied from the text (every word of a question, the numbers of a problem)."""
     style = get_style("plain")
-    from toolformer.world.copying import NOISE_WORDS
+    from toolformer.smallworld.copying import NOISE_WORDS
 
     quizzes = problems = noisy = 0
     for text in (d["text"] for d in jsonl(world["pretrain"])):
@@ -230,10 +189,10 @@ def test_rewritten_problems_keep_numbers_cues_and_objects(world, tmp_path):
     numbers. Only pretrain.jsonl changes."""
     import random
 
-    from toolformer.world.arithmetic import split_forms
-    from toolformer.world.copying import cue_phrases
-    from toolformer.world.corpora import Writer
-    from toolformer.world.entities import build_world, split_questions
+    from toolformer.smallworld.arithmetic import split_forms
+    from toolformer.smallworld.copying import cue_phrases
+    from toolformer.smallworld.corpora import Writer
+    from toolformer.smallworld.entities import build_world, split_questions
 
     rewritten = generate_world(small_cfg(tmp_path, rewrite_math_share=1.0))
     for name, path in rewritten.items():
@@ -280,9 +239,9 @@ def test_rewritten_quiz_questions_are_copied_and_keep_their_names(world, tmp_pat
     draws nothing from the stream (the shipped base model's pretrain.jsonl stays the same)."""
     import random
 
-    from toolformer.world.arithmetic import split_forms
-    from toolformer.world.corpora import Writer
-    from toolformer.world.entities import QUESTION_FORMS, build_world, split_questions
+    from toolformer.smallworld.arithmetic import split_forms
+    from toolformer.smallworld.corpora import Writer
+    from toolformer.smallworld.entities import QUESTION_FORMS, build_world, split_questions
 
     style = get_style("plain")
     rewritten = generate_world(small_cfg(tmp_path, rewrite_share=1.0))
@@ -329,28 +288,24 @@ def test_rewritten_quiz_questions_are_copied_and_keep_their_names(world, tmp_pat
 def test_cuecall_documents_take_the_operation_from_their_cue(world):
     """Loose word problems: two numbers, one cue that only one operation's training forms use, the call inline; + and
     * in the text's order, - and / the larger number first; cues are never words of held-out forms alone."""
-    from toolformer.world.arithmetic import split_forms
-    from toolformer.world.copying import CUE_PHRASES, cue_phrases
+    from toolformer.smallworld.arithmetic import split_forms
+    from toolformer.smallworld.copying import CUE_PHRASES, cue_phrases
 
     cues = cue_phrases(split_forms(0))
     assert all(cues[op] and set(cues[op]) <= set(CUE_PHRASES[op]) for op in cues)
     assert not set(cues["+"]) & set(cues["-"]) and "each" not in cues["*"] + cues["/"]  # "each" is in both
     import random
 
-    from toolformer.world.corpora import Writer
-    from toolformer.world.entities import build_world, split_questions
+    from toolformer.smallworld.corpora import Writer
+    from toolformer.smallworld.entities import build_world, split_questions
 
     wc = small_cfg(Path("unused")).world
     w = build_world(random.Random(0), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
     questions = {k: tr for k, (tr, _) in split_questions(0).items()}
-    # world.cue_number_first: at 1 every problem opens with its first number, at 0 none does.
-    writers = {share: Writer(w, random.Random(1), [], split_forms(0), questions, cue_number_first=share)
-               for share in (0.0, 1.0)}
-    docs = [(share, writer.cuecall_doc()) for share, writer in writers.items() for _ in range(200)]
-    ops, starts = set(), []
-    for share, doc in docs:
+    writer = Writer(w, random.Random(1), [], split_forms(0), questions)
+    ops = set()
+    for doc in (writer.cuecall_doc() for _ in range(200)):
         for m in re.finditer(r"([^?.]*)\? The answer is \[Calculator\((\d+) (.) (\d+)\) → (\d+)\] \5\.", doc):
-            starts.append((share, m.group(1).strip()[0].isdigit()))
             head, x, op, y = m.group(1).replace(",", ""), m.group(2), m.group(3), m.group(4)
             ops.add(op)
             said = re.findall(r"\d+", head)
@@ -358,8 +313,6 @@ def test_cuecall_documents_take_the_operation_from_their_cue(world):
             assert [x, y] == (said if op in "+*" else sorted(said, key=int, reverse=True)), m.group(0)
             assert [c for c in cues[op] if re.search(rf"\b{c}\b", head)], m.group(0)
     assert ops == set("+-*/")
-    assert all(digit for share, digit in starts if share == 1.0)
-    assert not any(digit for share, digit in starts if share == 0.0)
     assert sum("? The answer is [Calculator(" in d["text"] for d in jsonl(world["pretrain"])) > 20
 
 
@@ -418,7 +371,7 @@ def test_extra_train_forms_keep_the_heldout_split_and_reach_training_text(world,
     """world.extra_train_forms: the 48 forms that are never held out join the training forms; the held-out forms,
     objects and names stay those of the seed and are still in no training text, and the new forms are in the
     pre-training and annotation text."""
-    from toolformer.world.arithmetic import EXTRA_FORMS
+    from toolformer.smallworld.arithmetic import EXTRA_FORMS
 
     extra = generate_world(small_cfg(tmp_path, extra_train_forms=True))
     assert_heldout_unseen(extra, train_forms=80)
@@ -438,7 +391,7 @@ def test_scene_forms_keep_the_heldout_split_and_reach_training_text(tmp_path):
     """world.scene_forms: the 67 scene forms join the training forms after the extra ones; the held-out forms,
     words and unseen evaluation sets stay those of the seed, and the new forms are in the pre-training and
     annotation text."""
-    from toolformer.world.arithmetic import SCENE_FORMS
+    from toolformer.smallworld.arithmetic import SCENE_FORMS
 
     extra = generate_world(small_cfg(tmp_path / "extra", extra_train_forms=True))
     scene = generate_world(small_cfg(tmp_path / "scene", extra_train_forms=True, scene_forms=True))
@@ -478,7 +431,7 @@ def test_scene_forms_say_every_word_of_a_heldout_form_with_two_operations():
     """Without them a held-out form's words can come with one operation only in training, often another one
     ("bought" only with + when mul-price is held out, for seed 0); with them every word of every held-out form
     other than its cues is said with two operations or more, for several seeds."""
-    from toolformer.world.arithmetic import split_forms
+    from toolformer.smallworld.arithmetic import split_forms
 
     def lonely(split):
         ops: dict[str, set[str]] = {}
@@ -494,8 +447,8 @@ def test_scene_forms_say_every_word_of_a_heldout_form_with_two_operations():
 
 
 def assert_heldout_unseen(world: dict[str, Path], train_forms: int) -> None:
-    from toolformer.world.arithmetic import FORM_KEYS, UNITS
-    from toolformer.world.entities import QUESTION_FORMS
+    from toolformer.smallworld.arithmetic import FORM_KEYS, UNITS
+    from toolformer.smallworld.entities import QUESTION_FORMS
 
     forms = json.loads(world["forms"].read_text())
     texts = [d["text"] for d in jsonl(world["pretrain"]) + jsonl(world["corpus"]) + jsonl(world["heldout"])]
@@ -520,7 +473,7 @@ def assert_heldout_unseen(world: dict[str, Path], train_forms: int) -> None:
     # Every fact of the world (rebuilt as the generator builds it), asked in a held-out form: in no training text.
     import random
 
-    from toolformer.world.entities import build_world, split_questions
+    from toolformer.smallworld.entities import build_world, split_questions
 
     wc = small_cfg(Path("unused")).world
     facts = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events).facts
@@ -533,7 +486,7 @@ def assert_heldout_unseen(world: dict[str, Path], train_forms: int) -> None:
 def test_every_heldout_cue_is_trained():
     """A held-out form is a new composition of cues that training forms also use, and training keeps
     forms with the numbers in either order, for every operation and several seeds."""
-    from toolformer.world.arithmetic import OPS, split_forms
+    from toolformer.smallworld.arithmetic import OPS, split_forms
 
     for seed in range(5):
         split = split_forms(seed)
@@ -547,7 +500,7 @@ def test_every_heldout_cue_is_trained():
 def test_extra_forms_say_every_scene_word_with_two_operations():
     """Without the extra forms most scene words come with one operation in training ("families" only with ÷ for
     seed 0); with them each of SCENE_WORDS is said with two or more, for several seeds."""
-    from toolformer.world.arithmetic import SCENE_WORDS, split_forms
+    from toolformer.smallworld.arithmetic import SCENE_WORDS, split_forms
 
     def ops_saying(word, forms):
         return {f.op for f in forms if word in re.findall(r"[a-z]+", f"{f.story} {f.body} {f.question}".lower())}
@@ -586,24 +539,20 @@ def test_leak_guard():
     assert not guard.ok("In Dunmere, 4210 people live.") and not guard.ok("Dun Mere: 4210.")
 
 
-def test_config_checks_and_world_yaml(repo_root, tmp_path):
+def test_config_checks(tmp_path):
     p = tmp_path / "c.yaml"
     p.write_text("world:\n  note_share: 0.8\n  earlier_share: 0.5\n")
     with pytest.raises(ConfigError, match="world: note_share \\+ earlier_share exceeds 1"):
-        load_config(PipelineConfig, p)
+        load_smallworld(p)
     p.write_text("world:\n  events: 100\n  towns: 10\n")
     with pytest.raises(ConfigError, match="events"):
-        load_config(PipelineConfig, p)
-    cfg = load_config(PipelineConfig, repo_root / "configs" / "world.yaml")
-    assert cfg.model.path == "runs/world/base-model" and cfg.corpus.path.startswith("runs/world/world/")
-    head = (repo_root / "configs" / "world.yaml").read_text().splitlines()[:3]
-    assert head[0].startswith("#") and any("toolformer pretrain --config configs/world.yaml" in h for h in head)
+        load_smallworld(p)
 
 
 def test_cli_generate(tmp_path, capsys):
     from toolformer.cli import main
 
-    overrides = [f"world.{k}={v}" for k, v in SMALL.items()]
-    assert main(["world", f"run_dir={tmp_path}", *overrides]) == 0
+    overrides = [f"world.{k}={str(v).lower()}" for k, v in SMALL.items()]
+    assert main(["world", "generate", f"run_dir={tmp_path}", *overrides]) == 0
     assert "world: " in capsys.readouterr().out and (tmp_path / "world" / "world.json").exists()
-    assert main(["world", "world.towns=1"]) == 2
+    assert main(["world", "generate", "world.towns=1"]) == 2

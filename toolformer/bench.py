@@ -203,7 +203,7 @@ def profile_filter(scorer, requests, texts, device) -> dict:
 
 def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     """The filter on the first ``n`` executed calls of a real run folder with no
-    sharing, shared rows, and shared rows + shared call prefixes: seconds, tokens, kept."""
+    sharing and with shared rows: seconds, tokens, kept."""
     import itertools
 
     from toolformer.config.load import load_config
@@ -213,17 +213,13 @@ def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     from toolformer.stages.filter import CandidateScorer
 
     cfg = load_config(PipelineConfig, config, [])
-    if cfg.run_dir and (Path(cfg.run_dir) / "world").exists():  # the small world: model and texts from the demo
-        from toolformer.demo import world_config
-
-        cfg = world_config(cfg)
     model, tok = load(cfg.model, cfg.calls)
     records = list(itertools.islice(Stage(cfg.run_dir, "execute").records(), n))
     docs = read_documents(cfg.run_dir)
     out: dict[str, dict] = {}
     for _ in range(repeats):
-        for mode, rows, prefixes in (("none", False, False), ("rows", True, False), ("rows+prefixes", True, True)):
-            cfg.filter.share, cfg.filter.share_prefixes = rows, prefixes
+        for mode, rows in (("none", False), ("rows", True)):
+            cfg.filter.share = rows
             scorer = CandidateScorer(cfg, model, tok, docs)
             scored, secs = timed(lambda s=scorer: s.score(records), scorer.scorer.device)
             best = out.get(mode, {}).get("seconds", float("inf"))
@@ -254,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="instead: WikiSearch calls/s on data/collection.jsonl with these numbers of workers (e.g. 1 8)")
     p.add_argument("--tool-calls", type=int, default=400, help="calls for --tool-workers")
     p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
-                   "--candidates executed calls of this config's run folder (e.g. configs/demo.yaml after the demo)")
+                   "--candidates executed calls of this config's run folder (e.g. runs/demo/config.yaml after the "
+                   "demo)")
     p.add_argument("--constrained", action="store_true", help="instead: the time constrained decoding "
                    "spends masking, with BPE vocabularies of ~1k and ~32k tokens (run from the repository root); "
                    "with --run-config, generation off and on with that finished run's tuned model and eval sets")

@@ -21,9 +21,11 @@ import sys
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Any
 
 from toolformer.cli_parser import (  # noqa: F401 (EXPORT_FORMATS, STAGE_HELP: re-exported)
     EXPORT_FORMATS,
+    MOVED_COMMANDS,
     PROMPT_COMMANDS,
     STAGE_HELP,
     build_parser,
@@ -35,17 +37,22 @@ from toolformer.config.schema import STAGES, PipelineConfig
 from toolformer.run import stops
 from toolformer.stages import run_stage
 
-# Commands that write into the run folder: they hold it while they run.
-WRITERS = ("run", *(s for s in STAGES if s != "inspect"), "demo", "world", "pretrain")
-
 
 def _load(args) -> PipelineConfig:
     overrides = list(args.overrides)
-    if getattr(args, "rounds", None) is not None:
-        overrides.append(f"demo.rounds={args.rounds}")
     if getattr(args, "trust_folder_tools", False):
         overrides.append("evaluate.trust_folder_tools=true")
     return load_config(PipelineConfig, args.config, overrides)
+
+
+def _load_world(args):
+    """The small-world config of ``demo`` and ``world ...`` (toolformer.smallworld.config)."""
+    from toolformer.smallworld.config import load_smallworld
+
+    overrides = list(args.overrides)
+    if getattr(args, "rounds", None) is not None:
+        overrides.append(f"demo.rounds={args.rounds}")
+    return load_smallworld(args.config, overrides)
 
 
 def cmd_tool(args) -> int:
@@ -134,10 +141,15 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_probe(args) -> int:
-    from toolformer.world.probe import cli_probe
+def cmd_world(args) -> int:
+    """``world generate|pretrain|probe``: the first two write into the run folder, under its lock."""
+    from toolformer.smallworld.probe import cli_probe
 
-    return cli_probe(_load(args), args.model, args.json)
+    sw = _load_world(args)
+    if args.world_command == "probe":
+        return cli_probe(sw, args.model, args.json)
+    return _hold_and_run(sw.pipeline, f"world {args.world_command}",
+                         lambda: WORLD_COMMANDS[args.world_command](sw, args.force))
 
 
 def cmd_tools(args) -> int:
@@ -206,22 +218,27 @@ def cmd_score(args) -> int:
     return 0
 
 
-def _demo(cfg: PipelineConfig, force: bool) -> None:
-    from toolformer.demo import run_demo
+def cmd_demo(args) -> int:
+    """``demo``: the whole method on the small world, in its run folder, under its lock."""
+    from toolformer.smallworld.demo import run_demo
 
-    run_demo(cfg, force=force)
-
-
-def _world(cfg: PipelineConfig, force: bool) -> None:
-    from toolformer.world.generator import generate_world
-
-    generate_world(cfg)
+    sw = _load_world(args)
+    return _hold_and_run(sw.pipeline, "demo", lambda: run_demo(sw, force=args.force))
 
 
-def _pretrain(cfg: PipelineConfig, force: bool) -> None:
-    from toolformer.world.pretrain import pretrain_base_model
+def _generate(sw, force: bool) -> None:
+    from toolformer.smallworld.generator import generate_world
 
-    pretrain_base_model(cfg, force=force)
+    generate_world(sw)
+
+
+def _pretrain(sw, force: bool) -> None:
+    from toolformer.smallworld.pretrain import pretrain_base_model
+
+    pretrain_base_model(sw, force=force)
+
+
+WORLD_COMMANDS: dict[str, Callable[[Any, bool], object]] = {"generate": _generate, "pretrain": _pretrain}
 
 
 def _run(cfg: PipelineConfig, force: bool) -> None:
@@ -230,10 +247,11 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
     run_pipeline(cfg, force=force)
 
 
-# Commands that need no run folder: command -> function(args) -> exit code.
+# Commands that read no pipeline config or hold their folders themselves: command -> function(args) -> exit code.
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "chat": cmd_chat,
-                  "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "probe": cmd_probe,
-                  "tasks": cmd_tasks, "score": cmd_score, "tools": cmd_tools, "mcp-serve": cmd_mcp_serve}
+                  "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "demo": cmd_demo,
+                  "world": cmd_world, "tasks": cmd_tasks, "score": cmd_score, "tools": cmd_tools,
+                  "mcp-serve": cmd_mcp_serve}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 def _stage_command(stage: str) -> Callable[[PipelineConfig, bool], object]:
     """The command of one stage: :func:`~toolformer.stages.run_stage` of ``stage``."""
@@ -241,29 +259,33 @@ def _stage_command(stage: str) -> Callable[[PipelineConfig, bool], object]:
 
 
 WRITING_COMMANDS: dict[str, Callable[[PipelineConfig, bool], object]] = {
-    "demo": _demo, "world": _world, "pretrain": _pretrain, "run": _run,
-    **{s: _stage_command(s) for s in STAGES if s != "inspect"}}
+    "run": _run, **{s: _stage_command(s) for s in STAGES if s != "inspect"}}
 
 
 def dispatch(args) -> int:
     """Run one parsed command; errors propagate to :func:`main`. A writing
     command first checks the paths its stages read, then claims and locks
     every folder it writes (all checked before any is created)."""
-    from toolformer.run.guard import check_owned, claim
     from toolformer.run.inputs import check_reads
 
     if args.command in PLAIN_COMMANDS:
         return PLAIN_COMMANDS[args.command](args)
     cfg = _load(args)
-    if args.command in ("run", *STAGES):
-        check_reads(cfg, cfg.stages if args.command == "run" else [args.command])
-    folders = held_folders(cfg, args.command)
+    check_reads(cfg, cfg.stages if args.command == "run" else [args.command])
+    return _hold_and_run(cfg, args.command, lambda: WRITING_COMMANDS[args.command](cfg, args.force))
+
+
+def _hold_and_run(cfg: PipelineConfig, command: str, work: Callable[[], object]) -> int:
+    """``work()`` while holding the folders ``command`` writes (all checked before any is claimed)."""
+    from toolformer.run.guard import check_owned, claim
+
+    folders = held_folders(cfg, command)
     for key, folder in folders:
         check_owned(Path(folder), key)
     with ExitStack() as held:
         for key, folder in folders:
             held.enter_context(claim(folder, key))
-        WRITING_COMMANDS[args.command](cfg, args.force)
+        work()
     return 0
 
 
@@ -272,6 +294,10 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = build_parser()
     argv, settings = settings_argv(tool_argv(list(sys.argv[1:] if argv is None else argv)))
+    if argv and argv[0] in MOVED_COMMANDS:
+        print(f"toolformer: `toolformer {argv[0]}` is now `toolformer {MOVED_COMMANDS[argv[0]]}` (same options)",
+              file=sys.stderr)
+        return 2
     args, extra = parser.parse_known_args(argv)
     # `inspect RUN --tool X key=value`: overrides after options arrive as extras.
     if extra:

@@ -129,19 +129,27 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_world_commands(sub: argparse._SubParsersAction) -> None:
-    """The small world's commands: ``demo``, ``world``, ``pretrain``, ``probe``."""
+    """The small world's commands (toolformer.smallworld): ``demo`` and ``world generate|pretrain|probe``."""
     p = sub.add_parser("demo", help="the whole method on the generated small world (configs/demo.yaml)")
     _add_config_args(p)
     p.add_argument("--rounds", type=int, choices=(1, 2), help="rounds of self-training (demo.rounds): 2 samples "
                    "calls again with the round-1 model, no few-shot prompt, and tunes the base model on them")
-    p = sub.add_parser("world", help="generate the small world's files (knowledge, corpora, eval sets)")
-    _add_config_args(p)
-    p = sub.add_parser("pretrain", help="train the small world's tokenizer and base model from scratch")
-    _add_config_args(p)
-    p = sub.add_parser("probe", help="copy probe and arithmetic accuracy of a small-world model")
-    p.add_argument("--model", help="model folder (default: the config's base model)")
-    p.add_argument("--json", action="store_true", help="print the full report as JSON")
-    _add_config_args(p)
+    p = sub.add_parser("world", help="the small world: `world generate|pretrain|probe` (its files, its base "
+                                     "model, the base model's probes)")
+    world_sub = p.add_subparsers(dest="world_command", metavar="<subcommand>", required=True)
+    c = world_sub.add_parser("generate", help="write the small world's files (knowledge, corpora, eval sets)")
+    _add_config_args(c)
+    c = world_sub.add_parser("pretrain", help="the small world's tokenizer and base model (the shipped one when "
+                                              "it matches the config, else trained from scratch)")
+    _add_config_args(c)
+    c = world_sub.add_parser("probe", help="copy probe and arithmetic accuracy of a small-world model")
+    c.add_argument("--model", help="model folder (default: the config's base model)")
+    c.add_argument("--json", action="store_true", help="print the full report as JSON")
+    _add_config_args(c)
+
+
+MOVED_COMMANDS = {"pretrain": "world pretrain", "probe": "world probe"}
+"""Commands of earlier versions -> the command that does it now (``toolformer pretrain`` says so and exits 2)."""
 
 
 def _add_tools_commands(sub: argparse._SubParsersAction) -> None:

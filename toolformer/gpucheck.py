@@ -52,12 +52,11 @@ def precision_shift(model_name: str, n: int, tau: float, device: torch.device) -
 
 
 def finetune_step_time(device: torch.device, dtype: torch.dtype, steps: int, batch: int, seq_len: int) -> dict:
-    """Seconds per AdamW step (forward, backward, update) of the demo's model shape (configs/demo.yaml)."""
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import PipelineConfig
-    from toolformer.world.pretrain import build_model
+    """Seconds per AdamW step (forward, backward, update) of the demo's model shape (the shipped base model's)."""
+    from toolformer.smallworld.config import PretrainConfig
+    from toolformer.smallworld.pretrain import build_model
 
-    pc = load_config(PipelineConfig, "configs/demo.yaml").pretrain
+    pc = PretrainConfig()  # the shipped base model's shape
 
     class Vocabulary:  # what build_model reads of a tokenizer
         bos_token_id, eos_token_id, pad_token_id = 0, 0, 1

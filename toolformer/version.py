@@ -2,4 +2,4 @@
 given by ``toolformer mcp-serve``. A module of its own, so that they read it without importing the package's
 ``__init__`` (whose lazy ``ToolformerModel`` imports them: an import circle)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

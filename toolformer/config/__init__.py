@@ -1,6 +1,6 @@
 """Configuration: the typed schema (:mod:`toolformer.config.schema`, one
 dataclass per stage; the evaluation's and inspection's sections in
 :mod:`toolformer.config.evaluation`, the tools' in :mod:`toolformer.config.tools`, the
-small world's in :mod:`toolformer.config.world`) and its loading from YAML with
+small world's in :mod:`toolformer.smallworld.config`) and its loading from YAML with
 ``key=value`` overrides (:mod:`toolformer.config.load`, bounded YAML parsing in
 :mod:`toolformer.config.safeyaml`)."""

@@ -192,8 +192,12 @@ def from_dict(cls: type, data: dict, where: str | Sources = "<config>", prefix: 
     fields = {f.name: f for f in dataclasses.fields(cls)}
     for k in data:
         if k not in fields:
+            source = where.within(prefix + k) if isinstance(where, Sources) else where  # a section: its keys'
+            retired = getattr(cls, "retired", {}).get(k)
+            if retired:
+                raise ConfigError(f"{source}: {prefix}{k}: {retired}")
             known = ", ".join(sorted(fields))
-            raise ConfigError(f"{_at(where, prefix + k)}: {prefix}{k}: unknown key (known: {known})")
+            raise ConfigError(f"{source}: {prefix}{k}: unknown key (known: {known})")
     kwargs = {}
     for k, v in data.items():
         kwargs[k] = _coerce(v, hints[k], prefix + k, where)
@@ -365,12 +369,6 @@ def config_hash(obj: Any) -> str:
     """A short stable hash of a (sub)config, used to decide if a stage is stale."""
     blob = json.dumps(to_dict(obj) if dataclasses.is_dataclass(obj) else obj, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def without_added(section: dict, added: dict[str, Any]) -> dict:
-    """``section`` without the fields added after results existed that still hold the value giving the old
-    behaviour (``added``: field -> that value): hashed without them, an upgrade leaves old results valid."""
-    return {k: v for k, v in section.items() if not (k in added and v == added[k])}
 
 
 def dump_yaml(obj: Any) -> str:

@@ -8,22 +8,20 @@ for loading and validation.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+from typing import ClassVar
 
-# The evaluation, the tools and the small world have modules of their own; their sections are imported here so
-# that the whole config reads from one place.
+# The evaluation and the tools have modules of their own; their sections are imported here so that the whole
+# config reads from one place. The small world's sections wrap this config (toolformer.smallworld.config).
 from toolformer.config.evaluation import EVAL_ROWS, EvaluateConfig, ExtraModel, InspectConfig, TaskConfig
 from toolformer.config.load import above, at_least, between
 from toolformer.config.tools import McpServerConfig, ToolsConfig
-from toolformer.config.world import WORLD_FIELDS_NOT_IN_PRETRAINING, DemoConfig, PretrainConfig, WorldConfig
 
 __all__ = [
-    "BuildConfig", "CallsConfig", "ChainConfig", "CorpusConfig", "DemoConfig", "EvaluateConfig", "ExecuteConfig",
+    "BuildConfig", "CallsConfig", "ChainConfig", "CorpusConfig", "EvaluateConfig", "ExecuteConfig",
     "ExtraModel", "FilterConfig", "FinetuneConfig", "InspectConfig", "McpServerConfig", "ModelConfig",
-    "PipelineConfig", "PretrainConfig", "SampleConfig", "TaskConfig", "ToolSampleOverride", "ToolsConfig",
-    "WorldConfig", "EVAL_ROWS", "SAMPLE_PROMPTS", "STAGES", "WORLD_FIELDS_NOT_IN_PRETRAINING",
-    "check_training_choices",
+    "PipelineConfig", "SampleConfig", "TaskConfig", "ToolSampleOverride", "ToolsConfig",
+    "EVAL_ROWS", "SAMPLE_PROMPTS", "STAGES", "check_training_choices",
 ]
 
 STAGES = ("sample", "execute", "filter", "chain", "build", "finetune", "evaluate", "inspect")
@@ -144,9 +142,10 @@ class SampleConfig:
     model: str = ""
     """Model the sampler scores positions and samples calls with; empty = model.path (the base model). A second
     round of self-training samples with the round-1 model: sample.model=RUN_DIR/model sample.prompt=none."""
-    word_starts: bool = False
-    """Sample only at positions where a word or number starts, not inside one (not in the paper, which samples at
-    every token: with one token per digit a model's call can otherwise land between two digits of a number)."""
+
+    retired: ClassVar[dict[str, str]] = {
+        "word_starts": "removed in 0.2.0: sampling only where a word starts kept fewer calls and no better ones "
+                       "(docs/lab-notes.md); delete the key"}
 
     def validate(self) -> None:
         if self.prompt not in SAMPLE_PROMPTS:
@@ -173,11 +172,6 @@ class FilterConfig:
     """Per-tool tau_f (the paper: 0.5 for calculator and translation)."""
     horizon: int = 5
     """Tokens weighted after the position: w̃_t = max(0, 1 − t/horizon), normalised."""
-    skip_blank: bool = False
-    """Start the weighted tokens at the first one from the position on that is not only spaces. With a tokenizer
-    that gives the space before a number a token of its own (pretrain.digits_apart) that space comes first and is
-    predicted as well without the call; the paper's BPE attaches it to the word, so its first weighted token is
-    the word's. False: x_i..x_{i+4} as they are."""
     batch_tokens: int = 16384
     """Token budget of one forward batch (padded tokens counted)."""
     dtype: str = "float32"
@@ -190,9 +184,11 @@ class FilterConfig:
     model: str = ""
     """Model whose losses judge the calls; empty = model.path (the base model, as in the paper). A second round of
     self-training may judge with the round-1 model instead: filter.model=RUN_DIR/model."""
-    share_prefixes: bool = False
-    """Also run the prefix common to e(c, ε) and e(c, r) (BOS + call up to the arrow) once and continue both rows
-    from its key/value cache (same losses, tested): 11 % fewer tokens on the demo, but no faster on 2 CPU cores."""
+
+    retired: ClassVar[dict[str, str]] = {
+        "share_prefixes": "removed in 0.2.0: sharing the call's prefix saved tokens but no time (docs/lab-notes.md); "
+                          "filter.share (one row per prefix and document) is the sharing that pays; delete the key",
+        "skip_blank": "removed in 0.2.0: it kept the same calls (docs/lab-notes.md); delete the key"}
 
     def validate(self) -> None:
         at_least(self, 1, "horizon", "batch_tokens")
@@ -282,22 +278,18 @@ class FinetuneConfig:
     save_dtype: str = "auto"
     """Dtype of the saved tuned model: auto (the training dtype: bfloat16 weights after bf16 training, else
     float32), float32, bfloat16 or float16."""
-    freeze: list[str] = field(default_factory=list)
-    """Parameters left as the base model has them: regular expressions searched in the parameter names (e.g.
-    ``self_attn`` for every attention projection, ``embed_tokens|lm_head`` for the embeddings); empty = train all
-    (the paper). Each must match a parameter, and at least one parameter stays trainable."""
-    call_input_weight: float = 1.0
-    """Loss weight of the tokens of each call's input (between ``name(`` and ``)``) in the training texts; 1 =
-    every token alike (the paper). Below 1 fine-tuning teaches less of what to write into a call, so more of it
-    stays what the base model writes (0: only when to call and how to use the result are trained)."""
-    merge: float = 1.0
-    """Weight of the tuned weights in the saved model: base + merge × (tuned − base), a weight-space ensemble with
-    model.path (WiSE-FT); 1 = the tuned weights as trained (the paper). The trained weights stay in OUTPUT_DIR/tuned
-    and OUTPUT_DIR/merge.json records the merge; changing it needs no training (toolformer/lm/merge.py)."""
     tool_data_max_mb: float = 50.0
     """The model folder's toolformer.json records the tools; the data of each (a collection or knowledge file with
     its BM25 index, a translation model) up to this many MB (10^6 bytes) is copied into the folder, larger data is
     recorded by absolute path; 0 = never copy."""
+
+    retired: ClassVar[dict[str, str]] = {
+        "freeze": "removed in 0.2.0: freezing parts of the model lowered held-out accuracy (docs/lab-notes.md); "
+                  "every parameter is trained, as in the paper; delete the key",
+        "call_input_weight": "removed in 0.2.0: weighing the call inputs' tokens less taught worse calls "
+                             "(docs/lab-notes.md); delete the key",
+        "merge": "removed in 0.2.0: merging the tuned weights with the base model's traded one held-out set for "
+                 "another (docs/lab-notes.md); the saved model is the tuned one; delete the key"}
 
     def validate(self) -> None:
         check_training_choices(self.schedule, self.dtype, self.save_dtype)
@@ -311,20 +303,6 @@ class FinetuneConfig:
             raise ValueError(f"dev_ratio: {self.dev_ratio} is not in [0, 1)")
         if self.tool_data_max_mb < 0:
             raise ValueError(f"tool_data_max_mb: {self.tool_data_max_mb} is negative")
-        check_merge(self.merge, "merge")
-        if not 0.0 <= self.call_input_weight <= 1.0:
-            raise ValueError(f"call_input_weight: {self.call_input_weight} is not in [0, 1]")
-        for i, pattern in enumerate(self.freeze):
-            try:
-                re.compile(pattern)
-            except re.error as e:
-                raise ValueError(f"freeze[{i}]: {pattern!r} is not a regular expression: {e}") from None
-
-
-def check_merge(alpha: float, key: str) -> None:
-    """``finetune.merge`` is a weight in [0, 1]."""
-    if not 0.0 <= alpha <= 1.0:
-        raise ValueError(f"{key}: {alpha} is not in [0, 1] (1 = the tuned weights as trained, 0 = the base model)")
 
 
 @dataclass
@@ -349,9 +327,13 @@ class PipelineConfig:
     finetune: FinetuneConfig = field(default_factory=FinetuneConfig)
     evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     inspect: InspectConfig = field(default_factory=InspectConfig)
-    demo: DemoConfig = field(default_factory=DemoConfig)
-    world: WorldConfig = field(default_factory=WorldConfig)
-    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+
+    retired: ClassVar[dict[str, str]] = {
+        section: "a section of the small world's config, not of the pipeline's: run this file with `toolformer "
+                 "demo` or `toolformer world generate|pretrain|probe`, or delete the section"
+        for section in ("world", "pretrain", "demo")}
+    """Keys this config no longer has, with what to do instead (read by :func:`~toolformer.config.load.from_dict`
+    when a file sets one)."""
 
     def validate(self) -> None:
         for s in self.stages:

@@ -1,6 +1,6 @@
 """Kept calls against gold calls at other thresholds: what the filter would have kept at each tau_f, counted from
 the L⁻ and L⁺ its records hold (no model runs), and how many of those calls are right
-(:func:`toolformer.inspect.gold.match_gold`). ``python -m toolformer.world.lab.gold_by_tau RUN_DIR`` prints it
+(:func:`toolformer.inspect.gold.match_gold`). ``python -m toolformer.smallworld.lab.gold_by_tau RUN_DIR`` prints it
 for the small world."""
 
 from __future__ import annotations

@@ -39,45 +39,18 @@ def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1
     ignored labels. Returns (N, seq_len) int64.
     """
     sep = _separator(tokenizer)
-    docs = (np.asarray([*sep, *ids], dtype=np.int64) for ids, _ in _encoded(tokenizer, list(texts), batch))
+    docs = (np.asarray([*sep, *ids], dtype=np.int64) for ids in _encoded(tokenizer, list(texts), batch))
     return _pack(docs, seq_len, whole_documents, IGNORE_INDEX)
-
-
-def pack_weighted(tokenizer, texts: list[str], spans: list[list[tuple[int, int]]], span_weight: float,
-                  seq_len: int, batch: int = 1000, whole_documents: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`pack_sequences` and, laid out alike, the loss weight of each token
-    (N, seq_len) float32: ``span_weight`` for a token that overlaps one of its
-    text's character ``spans`` [start, end), 1 for every other token, 0 for
-    padding. The weight of position t applies to predicting token t (the
-    label). Needs a tokenizer with offset mapping (a fast tokenizer)."""
-    if len(spans) != len(texts):
-        raise ValueError(f"pack_weighted: {len(spans)} span lists for {len(texts)} texts")
-    if not getattr(tokenizer, "is_fast", False):
-        raise ValueError("pack_weighted: token offsets need a fast tokenizer (tokenizer.json)")
-    sep = _separator(tokenizer)
-    ids_docs, weight_docs = [], []
-    for (ids, offsets), doc_spans in zip(_encoded(tokenizer, texts, batch, offsets=True), spans):
-        weights = np.ones(len(sep) + len(ids), dtype=np.float32)
-        if doc_spans and ids:
-            tok = np.asarray(offsets).reshape(-1, 1, 2)  # (K, 1, 2) token [start, end)
-            span = np.asarray(doc_spans).reshape(1, -1, 2)  # (1, S, 2)
-            inside = ((tok[..., 0] < span[..., 1]) & (tok[..., 1] > span[..., 0])).any(axis=1)  # (K,)
-            weights[len(sep):][inside] = span_weight
-        ids_docs.append(np.asarray([*sep, *ids], dtype=np.int64))
-        weight_docs.append(weights)
-    return (_pack(ids_docs, seq_len, whole_documents, IGNORE_INDEX),
-            _pack(weight_docs, seq_len, whole_documents, 0.0))
 
 
 def _separator(tokenizer) -> list[int]:
     return bos_ids(tokenizer) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
 
 
-def _encoded(tokenizer, texts: list[str], batch: int, offsets: bool = False) -> Iterator[tuple[list[int], list | None]]:
-    """Each text's token ids (no special tokens) and, with ``offsets``, their character spans."""
+def _encoded(tokenizer, texts: list[str], batch: int) -> Iterator[list[int]]:
+    """Each text's token ids (no special tokens)."""
     for i in tqdm(range(0, len(texts), batch), desc="pack", unit="batch", disable=len(texts) <= batch):
-        enc = tokenizer(texts[i : i + batch], add_special_tokens=False, return_offsets_mapping=offsets)
-        yield from zip(enc["input_ids"], enc["offset_mapping"] if offsets else [None] * len(enc["input_ids"]))
+        yield from tokenizer(texts[i : i + batch], add_special_tokens=False)["input_ids"]
 
 
 def _pack(docs: Iterable[np.ndarray], seq_len: int, whole_documents: bool, fill) -> torch.Tensor:

@@ -29,20 +29,6 @@ def tokenize_text(tokenizer, text: str) -> TokenizedText:
     return TokenizedText(list(enc["input_ids"]), starts, [tuple(o) for o in enc["offset_mapping"]])
 
 
-def starts_word(text: str, c: int) -> bool:
-    """Whether a call inserted at character ``c`` of ``text`` stands between words:
-    not between two letters or digits, nor inside a number written with a
-    separator (``43,516``, ``2.5``)."""
-    if c <= 0 or c >= len(text):
-        return True
-    a, b = text[c - 1], text[c]
-    if a.isalnum() and b.isalnum():
-        return False
-    if a in ",." and b.isdigit() and c >= 2 and text[c - 2].isdigit():
-        return False
-    return not (b in ",." and a.isdigit() and c + 1 < len(text) and text[c + 1].isdigit())
-
-
 def marker_token_ids(tokenizer, marker: str, required: bool = True) -> list[int]:
     """Every vocabulary token that is ``marker`` possibly preceded by spaces
     (with a BPE that attaches spaces, both ``[`` and `` [`` start a call).

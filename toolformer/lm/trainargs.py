@@ -1,11 +1,10 @@
 """The training loop's settings (:class:`TrainArgs`, the training fields of the fine-tune config) and what
-follows from them: the learning-rate schedule, the precision of training and of the saved weights, and the
-parameters left frozen. :mod:`toolformer.lm.training` runs the loop."""
+follows from them: the learning-rate schedule and the precision of training and of the saved weights.
+:mod:`toolformer.lm.training` runs the loop."""
 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, fields
 
 import torch
@@ -73,20 +72,3 @@ def save_dtype(args: TrainArgs) -> torch.dtype:
     if args.save_dtype != "auto":
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.save_dtype]
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision(args.dtype), torch.float32)
-
-
-def freeze(model, patterns: list[str], key: str = "finetune.freeze") -> tuple[int, int]:
-    """Stop the gradient of every parameter whose name ``re.search``-matches one of ``patterns``; returns the
-    numbers of frozen and of all parameter values. A pattern that matches nothing, or freezing everything, is
-    an error naming ``key``."""
-    named = list(model.named_parameters())
-    for i, pattern in enumerate(patterns):
-        if not any(re.search(pattern, name) for name, _ in named):
-            raise ValueError(f"{key}[{i}]: {pattern!r} matches no parameter (they are named like {named[0][0]!r})")
-    chosen = [p for name, p in named if any(re.search(pattern, name) for pattern in patterns)]
-    frozen, total = sum(p.numel() for p in chosen), sum(p.numel() for _, p in named)
-    if patterns and frozen == total:
-        raise ValueError(f"{key}: {patterns} freezes every parameter; nothing would be trained")
-    for p in chosen:
-        p.requires_grad_(False)
-    return frozen, total

@@ -58,8 +58,8 @@ from toolformer.lm.checkpoints import (  # noqa: F401 (CHECKPOINTS..RUN_KEY: imp
     save_checkpoint,
     save_whole,
 )
-from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, evaluate_perplexity
-from toolformer.lm.trainargs import TrainArgs, freeze, lr_factor, mixed_precision, save_dtype  # noqa: F401 (as before)
+from toolformer.lm.rows import batch_inputs, evaluate_perplexity
+from toolformer.lm.trainargs import TrainArgs, lr_factor, mixed_precision, save_dtype  # noqa: F401 (as before)
 from toolformer.run import stops
 from toolformer.run.folder import atomic_write_text, fault_point
 from toolformer.run.parallel import use_cpu
@@ -97,16 +97,12 @@ class Trainer:
     builds it; :meth:`run` sets up, steps until ``max_steps`` and returns the metrics."""
 
     def __init__(self, model, train: torch.Tensor, dev: torch.Tensor | None, args: TrainArgs,
-                 output_dir: str | Path, tokenizer=None, on_step: Callable[[int, dict], None] | None = None,
-                 train_weights: torch.Tensor | None = None):
+                 output_dir: str | Path, tokenizer=None, on_step: Callable[[int, dict], None] | None = None):
         from accelerate import Accelerator
 
         args.validate()
         if len(train) == 0:
             raise ValueError("train_causal_lm: no training rows")
-        if train_weights is not None and train_weights.shape != train.shape:
-            raise ValueError(f"train_causal_lm: weights {tuple(train_weights.shape)} for rows {tuple(train.shape)}")
-        self.train_weights = train_weights
         self.model, self.train, self.dev, self.args = model, train, dev, args
         self.output_dir, self.tokenizer, self.on_step = Path(output_dir), tokenizer, on_step
         self.accelerator = Accelerator(mixed_precision=mixed_precision(args.dtype), cpu=use_cpu())
@@ -187,19 +183,12 @@ class Trainer:
         for k in range(self.accum):
             # This micro-batch's place in the stream: step, accumulation round, process.
             first = ((self.step * self.accum + k) * self.world + acc.process_index) * args.micro_batch_size
-            picked = self.order.take(first, args.micro_batch_size)
-            rows = self.train[picked]  # (B, T)
+            rows = self.train[self.order.take(first, args.micro_batch_size)]  # (B, T)
             batch = {name: v.to(acc.device) for name, v in batch_inputs(rows, self.pad_id).items()}
             self.local_tokens += int(batch["attention_mask"].sum())
             sync = acc.no_sync(self.model) if k < self.accum - 1 else nullcontext()
             with sync:
-                if self.train_weights is None:
-                    loss = self.model(**batch, use_cache=False).loss / self.accum
-                else:
-                    labels = batch.pop("labels")
-                    logits = self.model(**batch, use_cache=False).logits  # (B, T, V)
-                    weights = self.train_weights[picked].to(acc.device)  # (B, T)
-                    loss = weighted_lm_loss(logits, labels, weights) / self.accum
+                loss = self.model(**batch, use_cache=False).loss / self.accum
                 acc.backward(loss)
             step_loss += loss.detach()
         grad_norm = acc.clip_grad_norm_(self.model.parameters(), args.grad_clip) if args.grad_clip > 0 else None
@@ -313,21 +302,9 @@ class Trainer:
         }
 
 
-def weighted_lm_loss(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Next-token cross-entropy of ``logits`` (B, T, V) against ``labels`` (B, T), each predicted token's
-    loss times its weight (B, T), over the number of predicted tokens: with all weights 1 it is the
-    model's own mean loss."""
-    target = labels[:, 1:]  # (B, T-1)
-    keep = target != IGNORE_INDEX  # (B, T-1)
-    nll = torch.nn.functional.cross_entropy(
-        logits[:, :-1].float().transpose(1, 2), target.masked_fill(~keep, 0), reduction="none")  # (B, T-1)
-    return (nll * weights[:, 1:] * keep).sum() / keep.sum().clamp(min=1)
-
-
 def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: TrainArgs, output_dir: str | Path,
                     tokenizer=None, resume: bool = True, run_key: str | None = None,
-                    on_step: Callable[[int, dict], None] | None = None,
-                    train_weights: torch.Tensor | None = None) -> dict:
+                    on_step: Callable[[int, dict], None] | None = None) -> dict:
     """Train ``model`` on packed rows ``train`` (N, T); see the module docstring.
 
     ``dev`` (M, T) rows give the perplexity that picks the best model.
@@ -335,11 +312,10 @@ def train_causal_lm(model, train: torch.Tensor, dev: torch.Tensor | None, args: 
     hash of the data and hyper-parameters) is stored with the checkpoints, and
     checkpoints written under another key are deleted rather than resumed.
     ``on_step(step, record)`` is called after every optimizer step (tests use
-    it to interrupt a run). ``train_weights`` (N, T) weighs each predicted
-    token's loss (:func:`weighted_lm_loss`). Returns steps, train_loss, best_dev_perplexity,
+    it to interrupt a run). Returns steps, train_loss, best_dev_perplexity,
     best_step, wall_seconds, tokens_per_second and more.
     """
-    return Trainer(model, train, dev, args, output_dir, tokenizer, on_step, train_weights).run(resume, run_key)
+    return Trainer(model, train, dev, args, output_dir, tokenizer, on_step).run(resume, run_key)
 
 
 def _stop_requested(accelerator) -> bool:

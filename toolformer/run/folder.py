@@ -54,6 +54,10 @@ from toolformer.run.sharding import chunked, fault_point, run_sharded, shard_ind
 
 MANIFEST = "manifest.json"
 STARTED = "started.json"
+FORMAT = 2
+"""Format of the files toolformer writes into a run folder and a base model's record, in every manifest: a
+folder written in another format is refused (exit 2) until ``--force`` makes it again. 2: toolformer 0.2.0 (the
+settings retired then no longer hash; format 1 is every earlier version, whose manifests have no ``format``)."""
 REJECTED = "rejected.jsonl"
 DOCUMENTS = "documents.jsonl"  # the sample stage's scored documents (see below)
 # The files of records a manifest checks (searched in the stage's folder and its subfolders: the chain's rounds).
@@ -141,6 +145,7 @@ class Stage:
         m = self.manifest()
         if m is None:
             return
+        check_format(m, self.manifest_path, self.rebuild)
         files = m.get("files")
         if files is None:  # an older manifest: its shard count is all it records
             n, have = m.get("shards"), len(self.shards())
@@ -194,7 +199,7 @@ class Stage:
         if self.manifest_path.exists():
             self.manifest_path.unlink()
         if not started.exists():
-            atomic_write_text(started, json.dumps({"config_hash": config_hash, "time": time.time()}))
+            atomic_write_text(started, json.dumps({"format": FORMAT, "config_hash": config_hash, "time": time.time()}))
         for tmp in self.dir.glob(".*.tmp-*"):
             if tmp.is_file():
                 tmp.unlink()  # a half-written file from an interrupted run
@@ -210,10 +215,17 @@ class Stage:
         elif path.exists():
             path.unlink()
 
+    def check_format(self) -> None:
+        """The stage's manifest, or the record of its unfinished run, is of :data:`FORMAT` (or absent)."""
+        for path in (self.manifest_path, self.dir / STARTED):
+            if path.exists():
+                check_format(read_json(path, self.rebuild), path, self.rebuild)
+
     def finish(self, config_hash: str, seed: int, counts: dict, **extra) -> dict:
         """Write the manifest: counts, config hash, seed, versions, and the record count and sha256 of each of
         the stage's files of records (what :meth:`verify` checks)."""
         manifest = {
+            "format": FORMAT,
             "stage": self.name,
             "config_hash": config_hash,
             "seed": seed,
@@ -226,6 +238,17 @@ class Stage:
         }
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, ensure_ascii=False) + "\n")
         return manifest
+
+
+def check_format(record: dict, path: Path, rebuild: str) -> None:
+    """``record`` (a manifest read from ``path``) was written in :data:`FORMAT`, else a ValueError (exit 2)
+    saying what to do (``rebuild``)."""
+    found = record.get("format", 1)
+    if found != FORMAT:
+        older = isinstance(found, int) and found < FORMAT
+        raise ValueError(f"{path}: written by {'an older' if older else 'another'} toolformer "
+                         f"(format {found}; this version reads format {FORMAT}), not mixed with new results: "
+                         f"{rebuild}, or start a new run_dir")
 
 
 def upstream_total(stage: Stage) -> int | None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from toolformer.config.load import config_hash, to_dict, without_added
+from toolformer.config.load import config_hash, to_dict
 from toolformer.config.schema import STAGES, PipelineConfig
 from toolformer.run.folder import Stage, count_records, iter_jsonl, run_sharded, upstream_total
 from toolformer.run.parallel import Ranks, ranks
@@ -78,23 +78,11 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = 
     return result or StageResult(name, True, Stage(cfg.run_dir, name).manifest())
 
 
-# Config fields added after runs existed, with the value that keeps what runs did before them: at that value a
-# field is left out of the stage hash, so upgrading does not make finished stages stale. A new field whose
-# default changes nothing goes here; one that changes results does not.
-ADDED_FIELDS: dict[str, dict[str, Any]] = {
-    "sample": {"prompt": "few-shot", "model": "", "word_starts": False},
-    "filter": {"model": "", "skip_blank": False},
-    "finetune": {"freeze": [], "call_input_weight": 1.0},
-    "evaluate": {"trust_folder_tools": False},
-}
-
-
 def stage_hash(cfg: PipelineConfig, name: str) -> str:
     """Hash of the config a stage's output depends on (decides if it is stale)."""
     d = to_dict(cfg)
     upto = STAGES[: STAGES.index(name) + 1]
-    part = {k: without_added(d[k], ADDED_FIELDS.get(k, {})) if isinstance(d[k], dict) else d[k]
-            for k in (*COMMON, *upto)}
+    part = {k: d[k] for k in (*COMMON, *upto)}
     return config_hash(part)
 
 
@@ -189,6 +177,8 @@ def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | No
     if inputs:
         h = config_hash({"config": h, "inputs": {k: path_fingerprint(v) for k, v in sorted(inputs.items())}})
     rank = ranks() if name in SHARDED else Ranks.single()
+    if not force:
+        stage.check_format()
     complete = not force and stage.is_complete(h)
     rank.barrier()  # every process decides from the same files before the main one changes them
     if complete:

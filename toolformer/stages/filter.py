@@ -4,7 +4,6 @@ For each executed candidate at position i of text x, with z put before the
 whole text (a prefix, not inline):
 
     L(ε), L(e(c, ε)), L(e(c, r))      weighted losses of x_i..x_{i+4}
-                                      (filter.skip_blank: i moves past space-only tokens)
     L⁻ = min(L(ε), L(e(c, ε))),  L⁺ = L(e(c, r))
     kept  ⇔  L⁻ − L⁺ ≥ tau_f
 
@@ -15,14 +14,13 @@ from ``model.path`` (the paper's M), or from ``filter.model`` when set.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.losses import is_kept, loss_minus
 from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.scoring import LossRequest, LossScorer
-from toolformer.lm.textpos import marker_token_ids, tokenize_text
+from toolformer.lm.textpos import tokenize_text
 from toolformer.records import ExecuteRecord, FilterRecord
 from toolformer.run.folder import DocumentStore, Stage, fmt_pct
 from toolformer.run.parallel import ranks
@@ -42,10 +40,8 @@ class CandidateScorer:
         self.style = get_style(cfg.calls.style)
         self.bos = tuple(bos_ids(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
-                                 cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share,
-                                 share_prefixes=cfg.filter.share_prefixes)
+                                 cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share)
         self._texts: dict[str, list[int]] = {}
-        self.blank = frozenset(marker_token_ids(tokenizer, "", required=False)) if cfg.filter.skip_blank else ()
 
     def text_ids(self, doc_id: str) -> list[int]:
         if doc_id not in self._texts:
@@ -53,16 +49,6 @@ class CandidateScorer:
                 self._texts.clear()  # documents of earlier shards: memory stays bounded
             self._texts[doc_id] = tokenize_text(self.tok, self.docs[doc_id]["text"]).ids
         return self._texts[doc_id]
-
-    def scored_position(self, doc_id: str, position: int) -> int:
-        """Where the weighted tokens start for a call at ``position``: past space-only tokens with
-        ``filter.skip_blank`` (while a token of the text follows), else the position itself."""
-        if not self.blank:
-            return position
-        ids = self.text_ids(doc_id)
-        while position + 1 < len(ids) and ids[position] in self.blank:
-            position += 1
-        return position
 
     def prefix(self, call_text: str | None) -> tuple[int, ...]:
         if call_text is None:
@@ -79,12 +65,9 @@ class CandidateScorer:
                 continue
             with_result = self.style.render(r["tool"], r["input"], r["result"])
             no_result = self.style.render(r["tool"], r["input"], "")
-            p_no, p_with = self.prefix(no_result), self.prefix(with_result)
-            # BOS + the call up to its result: the tokens both variants start with
-            shared = len(os.path.commonprefix([p_no, p_with])) if self.cfg.filter.share_prefixes else 0
-            doc, pos = r["doc_id"], self.scored_position(r["doc_id"], r["position"])
-            reqs = (LossRequest(self.bos, doc, pos), LossRequest(p_no, doc, pos, shared),
-                    LossRequest(p_with, doc, pos, shared))
+            doc, pos = r["doc_id"], r["position"]
+            reqs = (LossRequest(self.bos, doc, pos), LossRequest(self.prefix(no_result), doc, pos),
+                    LossRequest(self.prefix(with_result), doc, pos))
             requests += reqs
             plan.append((reqs, with_result, no_result))
         texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}

@@ -7,9 +7,6 @@ perplexity, packs the rest into rows of ``finetune.max_length`` tokens and
 trains with :func:`toolformer.lm.training.train_causal_lm` (the paper: batch 128,
 lr 1e-5, 10 % linear warm-up, at most 2k steps, best model by dev perplexity).
 
-With ``finetune.merge`` below 1 the saved weights are ``base + merge * (tuned
-- base)`` (:mod:`toolformer.lm.merge`), the trained ones kept in ``tuned/``.
-
 Writes the model with ``save_pretrained`` (model and tokenizer, call tokens
 included for the special-token style) into ``finetune.output_dir`` or
 ``RUN_DIR/model``, with ``toolformer.json`` (the call style, the tools with
@@ -34,21 +31,20 @@ from typing import Any
 
 import torch
 
-from toolformer.config.load import config_hash, dump_yaml, without_added
+from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
-from toolformer.lm.merge import MERGE_FILE, TUNED_DIR, merge_folder
 from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
-from toolformer.lm.rows import pack_sequences, pack_weighted
-from toolformer.lm.training import TrainArgs, freeze, save_dtype, train_causal_lm
+from toolformer.lm.rows import pack_sequences
+from toolformer.lm.training import TrainArgs, train_causal_lm
 from toolformer.run.folder import Stage, atomic_write_text
 from toolformer.run.guard import check_finetune_output
 from toolformer.run.parallel import use_cpu
-from toolformer.stages import ADDED_FIELDS, StageResult, seed_everything, stage_hash, stage_options, start
+from toolformer.stages import StageResult, seed_everything, stage_hash, stage_options, start
 
 # Fields that may change between runs without invalidating the checkpoints:
 # raising max_steps continues training, the others only change bookkeeping.
 RESUMABLE_CHANGES = ("max_steps", "eval_every", "save_every", "keep_checkpoints", "log_every", "output_dir",
-                     "tool_data_max_mb", "merge")
+                     "tool_data_max_mb")
 
 
 def dataset_dir(cfg: PipelineConfig) -> Path:
@@ -98,20 +94,10 @@ def split_dev(n: int, dev_ratio: float, seed: int) -> tuple[list[int], list[int]
 
 def run_key(cfg: PipelineConfig, data_hash: str) -> str:
     """What checkpoints depend on: model, call format, data and hyper-parameters."""
-    f = {k: v for k, v in without_added(asdict(cfg.finetune), ADDED_FIELDS["finetune"]).items()
-         if k not in RESUMABLE_CHANGES}
+    f = {k: v for k, v in asdict(cfg.finetune).items() if k not in RESUMABLE_CHANGES}
     model = {k: getattr(cfg.model, k) for k in ("path", "tokenizer", "max_length")}  # not threads or device
     return config_hash({"model": model, "calls": asdict(cfg.calls), "finetune": f,
                         "seed": cfg.seed, "data": data_hash})
-
-
-def merge_note(cfg: PipelineConfig, metrics: dict) -> str:
-    alpha = metrics.get("merge", 1.0)
-    if alpha == 1.0:
-        return ""
-    return (f"\n\nThe weights are a weight-space ensemble with the base model (`finetune.merge`): base + {alpha:g} × "
-            f"(tuned − base), the base `{cfg.model.path}`; the weights as trained are in `{TUNED_DIR}/`, the record in "
-            f"`{MERGE_FILE}`.")
 
 
 def model_card(cfg: PipelineConfig, data: dict, metrics: dict, spec: dict) -> str:
@@ -137,7 +123,7 @@ tool runs and its result is inserted (`toolformer generate --model {model_dir(cf
 
 {metrics['steps']} steps of {metrics['effective_batch_size']} sequences; {result};
 final training loss {metrics['train_loss']:.4f}; {speed}
-on {metrics['processes']} process(es).{merge_note(cfg, metrics)}
+on {metrics['processes']} process(es).
 
 ## Config (`finetune` section)
 
@@ -152,8 +138,8 @@ Load with `toolformer.ToolformerModel.from_pretrained(...)` (model, tokenizer an
 
 
 def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
-    """The model (float32, on the CPU: the training loop moves it to this process's device) with the parameters
-    of ``finetune.freeze`` frozen, its tokenizer and the row length; on a CPU the processes share its cores."""
+    """The model (float32, on the CPU: the training loop moves it to this process's device), its tokenizer and
+    the row length; on a CPU the processes share its cores."""
     from toolformer.lm.modeling import (
         load_model,
         load_tokenizer,
@@ -170,47 +156,18 @@ def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     # Loaded in float32 on the CPU; the training loop moves it to this process's device.
     model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
     seq_len = min(cfg.finetune.max_length, model_window(model))
-    if cfg.finetune.freeze:
-        frozen, total = freeze(model, cfg.finetune.freeze)
-        if state.is_main_process:
-            print(f"finetune: {frozen:,} of {total:,} parameter values frozen ({', '.join(cfg.finetune.freeze)})")
     return model, tokenizer, seq_len
 
 
 def _pack_rows(cfg: PipelineConfig, tokenizer, texts: list[str], train_idx: list[int], dev_idx: list[int],
-               seq_len: int, main: bool) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
-    """The training rows (N, T), their tokens' loss weights (N, T; None when every token weighs 1) and the dev
-    rows (M, T; None without dev documents), packed from the documents of each part."""
-    from toolformer.tools.calls import call_input_spans, get_style
-
+               seq_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The training rows (N, T) and the dev rows (M, T; None without dev documents), packed from the documents
+    of each part."""
     whole = cfg.finetune.whole_documents
-    train_texts = [texts[i] for i in train_idx]
-    train_weights = None
-    if cfg.finetune.call_input_weight != 1.0:
-        style = get_style(cfg.calls.style)
-        spans = [call_input_spans(t, style) for t in train_texts]
-        train_rows, train_weights = pack_weighted(tokenizer, train_texts, spans, cfg.finetune.call_input_weight,
-                                                  seq_len, whole_documents=whole)  # (N, T) twice
-        if main:
-            print(f"finetune: the {sum(map(len, spans)):,} call inputs weigh {cfg.finetune.call_input_weight:g} "
-                  f"in the loss ({int(((train_weights != 1.0) & (train_rows >= 0)).sum()):,} tokens)")
-    else:
-        train_rows = pack_sequences(tokenizer, train_texts, seq_len, whole_documents=whole)  # (N, T)
+    train_rows = pack_sequences(tokenizer, [texts[i] for i in train_idx], seq_len, whole_documents=whole)  # (N, T)
     dev_rows = (pack_sequences(tokenizer, [texts[i] for i in dev_idx], seq_len, whole_documents=whole)
                 if dev_idx else None)  # (M, T)
-    return train_rows, train_weights, dev_rows
-
-
-def _merge(cfg: PipelineConfig, out: Path, tokenizer, args: TrainArgs) -> float:
-    """With ``finetune.merge`` below 1 (or a merge made before in ``out``), save base + merge × (tuned − base)
-    over the trained weights (:func:`toolformer.lm.merge.merge_folder`); returns the weight of the tuned model."""
-    merge = None
-    if cfg.finetune.merge != 1.0 or (out / MERGE_FILE).exists():
-        merge = merge_folder(out, cfg.model.path, cfg.finetune.merge, tokenizer, save_dtype(args))
-        if merge is not None:
-            print(f"finetune: saved base + {merge['alpha']:g} × (tuned − base) with {cfg.model.path} "
-                  f"(the trained weights in {out / TUNED_DIR})")
-    return merge["alpha"] if merge is not None else 1.0
+    return train_rows, dev_rows
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
@@ -246,16 +203,14 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
 
     model, tokenizer, seq_len = _load_for_training(cfg, state)
     train_idx, dev_idx = split_dev(len(texts), cfg.finetune.dev_ratio, cfg.seed)
-    train_rows, train_weights, dev_rows = _pack_rows(cfg, tokenizer, texts, train_idx, dev_idx, seq_len,
-                                                     state.is_main_process)
+    train_rows, dev_rows = _pack_rows(cfg, tokenizer, texts, train_idx, dev_idx, seq_len)
     out = model_dir(cfg)
     args = TrainArgs.from_config(cfg.finetune, seed=cfg.seed)
     metrics = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer=tokenizer, resume=not force,
-                              run_key=run_key(cfg, data_hash), train_weights=train_weights)
+                              run_key=run_key(cfg, data_hash))
 
     if not state.is_main_process:
         return StageResult("finetune", False, None)
-    metrics["merge"] = _merge(cfg, out, tokenizer, args)
     data = {
         "dataset": str(data_path), "documents": len(texts), "augmented": sum(map(bool, augmented)),
         "dev_documents": len(dev_idx), "seq_len": seq_len, "train_rows": len(train_rows),

@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from toolformer.config.schema import PipelineConfig
 from toolformer.corpus import iter_corpus, pieces, shard_groups, split_windows
 from toolformer.lm.modeling import bos_ids, load, model_window, set_threads, with_weights
-from toolformer.lm.textpos import starts_word, tokenize_text
+from toolformer.lm.textpos import tokenize_text
 from toolformer.records import SampleRecord
 from toolformer.run.folder import (
     atomic_write_text,
@@ -236,7 +236,7 @@ def _sample_calls(cfg: PipelineConfig, sampler, tool: str, tau_k_m: tuple[float,
     tau, k, m = tau_k_m
     sub = [(group[j]["text"], tokenized[j]) for j in keep]
     scores = sampler.score_positions(sub, cfg.sample.batch_tokens)
-    positions = [top_positions(sampled_scores(cfg, text, tt, ps), tau, k) for (text, tt), ps in zip(sub, scores)]
+    positions = [top_positions(ps, tau, k) for ps in scores]
     gen = torch.Generator().manual_seed(_seed(cfg, tool, group[0]["doc_id"]))
     sampled = sampler.sample_calls(sub, positions, m, cfg.sample.max_new_tokens, cfg.sample.temperature, tool, gen,
                                    cfg.sample.batch_tokens)
@@ -250,14 +250,6 @@ def top_positions(scores: list[float], tau: float, k: int) -> list[int]:
     return sorted(sorted((i for i, p in enumerate(scores) if p > tau), key=lambda i: -scores[i])[:k])
 
 
-def sampled_scores(cfg: PipelineConfig, text: str, tt, scores: list[float]) -> list[float]:
-    """``scores`` with the positions ``sample.word_starts`` leaves out (inside a word or number) set to -1, so
-    that no tau_s keeps them."""
-    if not cfg.sample.word_starts:
-        return scores
-    return [p if starts_word(text, c) else -1.0 for p, c in zip(scores, tt.char_starts)]
-
-
 def _sample_any(cfg: PipelineConfig, sampler, tools: dict[str, tuple[tuple[float, int, int], list[int]]],
                 group: list[dict], tokenized: list, per_doc: dict[int, list[SampleRecord]]) -> None:
     """The sampler without a prompt: p_i scored once per document for every tool; each tool keeps its own top-k
@@ -269,10 +261,9 @@ def _sample_any(cfg: PipelineConfig, sampler, tools: dict[str, tuple[tuple[float
     plan = []
     for j, ps in zip(docs, scores):
         at: dict[int, set[str]] = defaultdict(set)
-        allowed = sampled_scores(cfg, group[j]["text"], tokenized[j], ps)
         for tool, ((tau, k, _), keep) in tools.items():
             if j in keep:
-                for i in top_positions(allowed, tau, k):
+                for i in top_positions(ps, tau, k):
                     at[i].add(tool)
         wanted.append(at)
         plan.append([(i, max(tools[t][0][2] for t in at[i])) for i in sorted(at)])

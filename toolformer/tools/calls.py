@@ -183,16 +183,6 @@ def parse_calls(text: str, style: CallStyle, tools: set[str] | None = None) -> l
         i = end
 
 
-def call_input_spans(text: str, style: CallStyle, tools: set[str] | None = None) -> list[tuple[int, int]]:
-    """The character span [start, end) of each call's input in ``text`` (what is written between
-    ``name(`` and ``)``)."""
-    spans = []
-    for pc in parse_calls(text, style, tools):
-        start = text.index("(", pc.start) + 1  # a name holds no "("
-        spans.append((start, start + len(pc.call.input)))
-    return spans
-
-
 def insert_calls(text: str, inserts: list[tuple[int, str]], separator: str = " ") -> str:
     """x* = x_1..x_{i-1}, e(c, r), x_i..x_n for every (char_offset, call_text).
 

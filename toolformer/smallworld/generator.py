@@ -12,8 +12,7 @@ corpus.jsonl        ``id``, ``date``, ``text``, ``gold_calls``: the annotation
                     corpus (``gold_calls``: the calls that give each answer,
                     ``tool``, ``input``, ``result``, ``char_start``); the
                     ``world.twostep_docs`` two-step problems with worked
-                    answers, the ``noisy_docs`` and the ``problem_docs``
-                    come after the ``corpus_docs`` others, in that order
+                    answers come after the ``corpus_docs`` others
 heldout.jsonl       ``text``: plain text for perplexity
 eval_math_seen.json SVAMP format (``Body``, ``Question``, ``Answer``, ``Form``
                     ...): word problems in training forms and words
@@ -29,7 +28,7 @@ world.json          seed, counts, config hash: written last
 ==================  ===========================================================
 
 No evaluation item appears in a training or annotation text: every document
-is checked by a :class:`~toolformer.world.corpora.LeakGuard` and rewritten
+is checked by a :class:`~toolformer.smallworld.corpora.LeakGuard` and rewritten
 when it would state a fact it must not.
 
 Each file draws from its own random stream, and so do the two-step documents
@@ -39,18 +38,16 @@ corpus.jsonl's first ``corpus_docs`` lines too.
 
 from __future__ import annotations
 
-import functools
 import json
 import random
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from toolformer.config.load import config_hash
-from toolformer.config.schema import PipelineConfig, WorldConfig
 from toolformer.run.folder import atomic_write_text, dumps
-from toolformer.world.arithmetic import Split, split_forms
-from toolformer.world.corpora import (
+from toolformer.smallworld.arithmetic import Split, split_forms
+from toolformer.smallworld.config import SmallWorldConfig, WorldConfig
+from toolformer.smallworld.corpora import (
     OPS,
     LeakGuard,
     Writer,
@@ -61,8 +58,8 @@ from toolformer.world.corpora import (
     pretrain_doc,
     random_date,
 )
-from toolformer.world.entities import QUESTION_FORMS, Fact, World, build_world, split_facts, split_questions
-from toolformer.world.twostep import TWOSTEP_FORMS
+from toolformer.smallworld.entities import QUESTION_FORMS, Fact, World, build_world, split_facts, split_questions
+from toolformer.smallworld.twostep import TWOSTEP_FORMS
 
 EVAL_SETS = ("math_seen", "math_unseen", "qa_seen", "qa_unseen")
 TWOSTEP_SET = "math_twostep"  # written only with world.eval_twostep
@@ -74,16 +71,16 @@ FILE_NAMES = {"knowledge": "knowledge.jsonl", "collection": "collection.jsonl", 
 FILES = tuple(FILE_NAMES)
 
 
-def world_dir(cfg: PipelineConfig) -> Path:
+def world_dir(cfg: SmallWorldConfig) -> Path:
     return Path(cfg.world.output_dir or Path(cfg.run_dir) / "world")
 
 
-def base_model_dir(cfg: PipelineConfig) -> Path:
-    """Where ``toolformer pretrain`` puts the world's base model and its tokenizer."""
+def base_model_dir(cfg: SmallWorldConfig) -> Path:
+    """Where ``toolformer world pretrain`` puts the world's base model and its tokenizer."""
     return Path(cfg.pretrain.output_dir or Path(cfg.run_dir) / "base-model")
 
 
-def world_paths(cfg: PipelineConfig) -> dict[str, Path]:
+def world_paths(cfg: SmallWorldConfig) -> dict[str, Path]:
     """Where each file of the world goes (see the module docstring)."""
     root = world_dir(cfg)
     return {k: root / v for k, v in FILE_NAMES.items()}
@@ -140,51 +137,13 @@ def _twostep_docs(world: World, wc: WorldConfig, split: Split, questions: dict, 
     return rows
 
 
-def _noisy_docs(world: World, wc: WorldConfig, split: Split, questions: dict, facts: list[Fact],
-                guard: LeakGuard, first: int) -> list[dict]:
-    """The ``noisy_docs`` annotation documents, from their own stream, numbered from ``first``: half
-    arithmetic (as the corpus's), half quizzes about ``facts`` (the corpus's own), every problem and question
-    with random words inserted."""
-    rng = random.Random(f"{wc.seed}-noisy")
-    w = Writer(world, rng, facts, split, questions, problem_share=wc.problem_share, filler_share=wc.filler_share,
-               noise_share=1.0, separators=wc.separator_share, text_order=wc.text_order)
-    groups = _corpus_fact_groups(rng, facts)
-    rows = []
-    for i in range(wc.noisy_docs):
-        date = random_date(rng)
-        make: Callable[[], tuple[str, list[dict]]]
-        if rng.random() < 0.5 or not facts:
-            make = lambda: w.math_doc("large", max_items=2)  # noqa: E731
-        else:
-            chosen = next(groups)
-            make = functools.partial(w.facts_text, chosen, quiz=True)
-        text, gold = _guarded(make, guard, "noisy annotation")
-        rows.append({"id": f"d{first + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
-    return rows
-
-
-def _problem_docs(world: World, wc: WorldConfig, split: Split, questions: dict, facts: list[Fact],
-                  guard: LeakGuard, first: int) -> list[dict]:
-    """The ``problem_docs`` annotation documents, from their own stream, numbered from ``first``: 1-2 word
-    problems in training forms and words, each ending ``The answer is c.``, maybe with filler or a known fact."""
-    rng = random.Random(f"{wc.seed}-problems")
-    w = Writer(world, rng, facts, split, questions, problem_share=1.0, filler_share=wc.filler_share,
-               separators=wc.separator_share, text_order=wc.text_order)
-    rows = []
-    for i in range(wc.problem_docs):
-        date = random_date(rng)
-        text, gold = _guarded(lambda: w.math_doc("large", max_items=2), guard, "one-step problem")
-        rows.append({"id": f"d{first + i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
-    return rows
-
-
 def _write_pretraining(path: Path, world: World, wc: WorldConfig, split: Split, train_q: dict, pre: list[Fact],
                        kept_out: list[Fact]) -> int:
     """The pre-training documents, from their own stream: the pre-training facts, none of ``kept_out``."""
     w = Writer(world, random.Random(f"{wc.seed}-pretrain"), pre, split, train_q, wc.note_share, wc.earlier_share,
                wc.problem_share, wc.filler_share, wc.nonce_share, wc.noise_share, wc.separator_share,
                text_order=wc.text_order, rewrite_share=wc.rewrite_share,
-               rewrite_math_share=wc.rewrite_math_share, cue_number_first=wc.cue_number_first)
+               rewrite_math_share=wc.rewrite_math_share)
     guard = LeakGuard(kept_out)
     make = lambda: pretrain_doc(w, wc.math_share, wc.quiz_share, wc.dated_share, wc.copy_share,  # noqa: E731
                                 wc.induction_share, wc.copycall_share, wc.cuecall_share)
@@ -194,7 +153,7 @@ def _write_pretraining(path: Path, world: World, wc: WorldConfig, split: Split, 
 def _write_corpus(path: Path, world: World, wc: WorldConfig, split: Split, train_q: dict, pre: list[Fact],
                   cor: list[Fact], held: list[Fact]) -> int:
     """The annotation corpus with its gold calls, from its own stream: arithmetic, dated and fact documents
-    (the annotation facts, none held out), then the two-step, noisy and problem documents."""
+    (the annotation facts, none held out), then the two-step documents."""
     rng = random.Random(f"{wc.seed}-corpus")
     w = Writer(world, rng, pre + cor, split, train_q, problem_share=wc.problem_share, filler_share=wc.filler_share,
                separators=wc.separator_share, text_order=wc.text_order)
@@ -209,8 +168,6 @@ def _write_corpus(path: Path, world: World, wc: WorldConfig, split: Split, train
         text, gold = _guarded(lambda k=kind, c=chosen, d=date: corpus_doc(w, k, c, d), guard, "annotation")
         rows.append({"id": f"d{i:05d}", "date": date.isoformat(), "text": text, "gold_calls": gold})
     rows += _twostep_docs(world, wc, split, train_q, pre + cor, LeakGuard(held))
-    rows += _noisy_docs(world, wc, split, train_q, cor, LeakGuard(held), len(rows))
-    rows += _problem_docs(world, wc, split, train_q, pre + cor, LeakGuard(held), len(rows))
     return _write_jsonl(path, rows)
 
 
@@ -246,9 +203,9 @@ def _write_eval_sets(paths: dict[str, Path], world: World, wc: WorldConfig, spli
     return counts
 
 
-def _summary_line(cfg: PipelineConfig, world: World, facts: tuple[list, list, list], counts: dict,
+def _summary_line(cfg: SmallWorldConfig, world: World, facts: tuple[list, list, list], counts: dict,
                   seconds: float) -> str:
-    """What ``toolformer world`` prints: facts per part, documents and items written, where and how fast."""
+    """What ``toolformer world generate`` prints: facts per part, documents and items written, where and how fast."""
     wc = cfg.world
     pre, cor, held = facts
     return (f"world: {len(world.facts):,} facts ({len(pre):,} pre-training / {len(cor):,} annotation / "
@@ -257,13 +214,11 @@ def _summary_line(cfg: PipelineConfig, world: World, facts: tuple[list, list, li
             f"{counts['eval_qa_seen']:,} QA eval items per set (seen and unseen forms)"
             + (f", {wc.twostep_docs:,} two-step annotation documents (in the {counts['corpus']:,})" if wc.twostep_docs
                else "")
-            + (f", {wc.noisy_docs:,} noisy annotation documents" if wc.noisy_docs else "")
-            + (f", {wc.problem_docs:,} one-step problem documents" if wc.problem_docs else "")
             + (f", {wc.eval_twostep:,} two-step problems" if wc.eval_twostep else "")
             + f" to {world_dir(cfg)} in {seconds:.1f} s")
 
 
-def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
+def generate_world(cfg: SmallWorldConfig) -> dict[str, Path]:
     """Generate the world of ``cfg.world`` and write its files; return their paths."""
     wc = cfg.world
     t0 = time.perf_counter()
@@ -288,8 +243,6 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     counts["pretrain"] = _write_pretraining(paths["pretrain"], world, wc, split, train_q, pre, cor + held)
     counts["corpus"] = _write_corpus(paths["corpus"], world, wc, split, train_q, pre, cor, held)
     counts["corpus_twostep"] = wc.twostep_docs
-    counts["corpus_noisy"] = wc.noisy_docs
-    counts["corpus_problems"] = wc.problem_docs
     counts["heldout"] = _write_heldout(paths["heldout"], world, wc, split, train_q, pre, cor + held)
     counts |= _write_eval_sets(paths, world, wc, split, train_q, heldout_q, held)
 
@@ -308,13 +261,14 @@ def generate_world(cfg: PipelineConfig) -> dict[str, Path]:
     return paths
 
 
-def ensure_world(cfg: PipelineConfig, force: bool = False) -> bool:
+def ensure_world(cfg: SmallWorldConfig, force: bool = False, quiet: bool = False) -> bool:
     """Generate the world unless its files are there for this ``cfg.world``
-    (the summary's config hash); return whether it was generated."""
+    (the summary's config hash; ``quiet``: without saying so); return whether it was generated."""
     summary = world_paths(cfg)["summary"]
     done = json.loads(summary.read_text()) if summary.exists() else {}
     if not force and done.get("config_hash") == config_hash(cfg.world):
-        print(f"world: already generated ({summary}), skipped")
+        if not quiet:
+            print(f"world: already generated ({summary}), skipped")
         return False
     generate_world(cfg)
     return True

@@ -19,7 +19,7 @@ words, not a new meaning (docs/design.md, "The small world"). The tags are
 coarser than the words: ``sub-how-many-more`` and ``sub-fewer`` share
 ``more_than``, though "more" means + in every training form that says it.
 
-Two-step problems (chained calls) are in :mod:`toolformer.world.twostep`.
+Two-step problems (chained calls) are in :mod:`toolformer.smallworld.twostep`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ _FORM_FIELDS = {"key", "op", "cues", "story", "body", "question"}
 def _load_forms(name: str) -> list[Form]:
     """The forms of the package data file ``forms/<name>.json``, in order: a list of groups
     ``{"group": ..., "forms": [{"key", "op", "cues", "story", "body", "question", "reversed"?}]}``."""
-    path = resources.files("toolformer.world").joinpath(f"forms/{name}.json")
+    path = resources.files("toolformer.smallworld").joinpath(f"forms/{name}.json")
     forms = []
     for group in json.loads(path.read_text(encoding="utf-8")):
         for i, f in enumerate(group["forms"]):
@@ -166,7 +166,7 @@ def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25,
         else:
             raise ValueError(f"world: no split of the {op} forms keeps every held-out cue in training")
     # Only words no other text of the world uses can be held out ("jar" is in "a jar of honey").
-    from toolformer.world.entities import GOODS
+    from toolformer.smallworld.entities import GOODS
 
     other_text = set(re.findall(r"[a-z]+", " ".join([*GOODS, *(f.story + f.body + f.question for f in FORMS)])))
     eligible = [u for u in UNITS if not set(u) & other_text]

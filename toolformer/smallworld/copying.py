@@ -2,7 +2,7 @@
 
 A base model trained from scratch has to learn to copy a span of its prompt (numbers, names, a question)
 into a call: the method needs it at inference on text it has never seen (docs/design.md, "What the base
-model needs"). :class:`CopyingDocs`, mixed into :class:`~toolformer.world.corpora.Writer`, writes the
+model needs"). :class:`CopyingDocs`, mixed into :class:`~toolformer.smallworld.corpora.Writer`, writes the
 documents that teach it: numbers said twice (``copy_doc``), runs of arbitrary words said twice
 (``induction_doc``), problems and questions in scrambled or rewritten wording with the call inline
 (``copycall_doc``) and loose words around one operation's cue with the call inline (``cuecall_doc``).
@@ -16,9 +16,9 @@ import re
 import string
 from typing import TYPE_CHECKING
 
+from toolformer.smallworld.arithmetic import EXTRA_FORMS, FORMS, OPS, SCENE_FORMS, UNITS, Item, Split, written
+from toolformer.smallworld.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 from toolformer.tools.calls import get_style
-from toolformer.world.arithmetic import EXTRA_FORMS, FORMS, OPS, SCENE_FORMS, UNITS, Item, Split, written
-from toolformer.world.entities import QUESTION_FORMS, TOWN_HEADS, TOWN_TAILS, Fact, NonceFacts, World
 
 STYLE = get_style("plain")  # the paper's `[tool(input) → result]`
 _WORDS = re.compile(r"\w+")
@@ -40,7 +40,7 @@ COPY_TEMPLATES = [
 
 
 class CopyingDocs:
-    """The copying documents of a :class:`~toolformer.world.corpora.Writer` (its ``rng``, ``world``, ``split``,
+    """The copying documents of a :class:`~toolformer.smallworld.corpora.Writer` (its ``rng``, ``world``, ``split``,
     shares and item makers)."""
 
     if TYPE_CHECKING:  # what the Writer provides
@@ -51,7 +51,6 @@ class CopyingDocs:
         questions: dict[str, list[int]]
         rewrite_share: float
         rewrite_math_share: float
-        cue_number_first: float
 
         def ask(self, fact: Fact) -> str: ...
 
@@ -190,10 +189,6 @@ class CopyingDocs:
             a, b = written(first, item.separators), written(second, item.separators)
             words = [rng.choice([item.slots["T"], item.slots["P"]]), *loose(1, 2), *slots[0], a, units,
                      *loose(0, 3), *slots[1], b, units, *loose(0, 2), *slots[2]]
-            if self.cue_number_first and rng.random() < self.cue_number_first:
-                # The first number opens the problem; a cue that stood before it moves to the end.
-                cue = slots[0]
-                words = [*words[words.index(a):], *cue]
             call = f"{first} {op} {second}" if op in "+*" else item.call_input
             parts.append(f"{' '.join(words)}? The answer is {STYLE.render('Calculator', call, item.c)} {item.c}.")
         return " ".join(parts)

@@ -1,13 +1,14 @@
 """How a base model's greedy calculator calls on the call probe's prompts are wrong, operand by operand:
 
-    python -m toolformer.world.lab.call_errors data/world-base --config configs/demo.yaml --set math_unseen --items 300
-    python -m toolformer.world.lab.call_errors data/world-base --svamp runs/novel.json --by-form
+    python -m toolformer.smallworld.lab.call_errors data/world-base --config configs/demo.yaml \
+        --set math_unseen --items 300
+    python -m toolformer.smallworld.lab.call_errors data/world-base --svamp runs/novel.json --by-form
 
 ``--svamp PATH`` probes the problems of any SVAMP-format file instead of the world's set (for example the
-phrasings of ``python -m toolformer.world.lab.novel_phrasings``), with the same prompt; ``--by-form`` adds a
+phrasings of ``python -m toolformer.smallworld.lab.novel_phrasings``), with the same prompt; ``--by-form`` adds a
 line per ``Form``.
 
-The prompts are the call probe's (``toolformer.world.probe.call_items``: an evaluation problem, the demo's
+The prompts are the call probe's (``toolformer.smallworld.probe.call_items``: an evaluation problem, the demo's
 prompt and `` [Calculator(``). Each item counts once: exact; both operands right but the operation or order
 wrong; else each wrong operand by kind — another number of the prompt, an operand missing (the same number
 written twice), the same length with only the first digit wrong, one later digit wrong, several digits
@@ -63,14 +64,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import PipelineConfig
     from toolformer.lm.modeling import set_threads
-    from toolformer.world.generator import ensure_world, world_paths
-    from toolformer.world.probe import call_items, greedy_numbers
+    from toolformer.smallworld.config import load_smallworld
+    from toolformer.smallworld.generator import ensure_world, world_paths
+    from toolformer.smallworld.probe import call_items, greedy_numbers
 
-    cfg = load_config(PipelineConfig, args.config, [f"run_dir={args.run_dir}"])
-    set_threads(cfg.model.threads)
+    cfg = load_smallworld(args.config, [f"run_dir={args.run_dir}"])
+    set_threads(cfg.pipeline.model.threads)
     if args.svamp:
         items = svamp_items(args.svamp, args.items)
     else:
@@ -104,7 +104,7 @@ def svamp_items(path: str, limit: int) -> list[dict]:
     import json
     from pathlib import Path
 
-    from toolformer.world.probe import math_prompt
+    from toolformer.smallworld.probe import math_prompt
 
     try:
         problems = json.loads(Path(path).read_text(encoding="utf-8"))

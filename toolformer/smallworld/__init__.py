@@ -6,14 +6,14 @@ pre-training, annotation and held-out corpora and the evaluation sets;
 them, on CPU. See docs/design.md, "The small world".
 """
 
-from toolformer.world.generator import generate_world, world_paths
+from toolformer.smallworld.generator import generate_world, world_paths
 
 __all__ = ["generate_world", "pretrain_base_model", "world_paths"]
 
 
 def pretrain_base_model(cfg, force: bool = False):
-    """Tokenizer and base model of the small world (see :mod:`toolformer.world.pretrain`); imported on use,
+    """Tokenizer and base model of the small world (see :mod:`toolformer.smallworld.pretrain`); imported on use,
     so generating the world needs no torch."""
-    from toolformer.world.pretrain import pretrain_base_model as run
+    from toolformer.smallworld.pretrain import pretrain_base_model as run
 
     return run(cfg, force=force)

@@ -44,8 +44,8 @@ from toolformer.lm.modeling import bos_ids, set_threads
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.run.folder import read_jsonl
+from toolformer.smallworld.generator import base_model_dir, world_paths
 from toolformer.tools.calls import get_style
-from toolformer.world.generator import base_model_dir, world_paths
 
 MATH_PROMPT = "{question} The answer is"
 """Suggested evaluation prompt for word problems; ``{question}`` = Body + " " + Question."""
@@ -319,14 +319,14 @@ def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", 
 
 
 def cli_probe(cfg, model: str | None = None, as_json: bool = False) -> int:
-    """``toolformer probe``: the copy probes, the call probe and the math
+    """``toolformer world probe``: the copy probes, the call probe and the math
     accuracy of a model folder (by default the config's base model)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     set_threads(cfg.pretrain.threads)
     path = model or str(base_model_dir(cfg))
     if not Path(path, "config.json").exists():
-        raise FileNotFoundError(f"{path}: model folder does not exist (run `toolformer pretrain` first)")
+        raise FileNotFoundError(f"{path}: model folder does not exist (run `toolformer world pretrain` first)")
     report = run_probe(AutoModelForCausalLM.from_pretrained(path).eval(), AutoTokenizer.from_pretrained(path),
                        world_paths(cfg), cfg.pretrain.probe_items or 200, seed=cfg.seed,
                        corpus_docs=cfg.world.corpus_docs)

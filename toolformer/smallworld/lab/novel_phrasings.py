@@ -1,6 +1,6 @@
 """Word problems in phrasings the small world's generator never writes, as an SVAMP-style JSON file:
 
-    python -m toolformer.world.lab.novel_phrasings runs/novel.json [--per-form 12] [--seed 11] [--set a|b]
+    python -m toolformer.smallworld.lab.novel_phrasings runs/novel.json [--per-form 12] [--seed 11] [--set a|b]
     toolformer run --config configs/demo.yaml run_dir=runs/novel "stages=[evaluate]" "evaluate.rows=[]" \\
         "evaluate.extra_models=[{name: tuned, path: runs/demo/model, tools: true}]" evaluate.perplexity_path= \\
         "evaluate.tasks=[{name: novel, path: runs/novel.json, format: svamp, kind: math,

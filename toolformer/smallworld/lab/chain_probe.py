@@ -1,11 +1,11 @@
 """Where a base model copies the second step of a two-step problem from a call before the text.
 
 For generated two-step problems of the demo's world (``c1 = a op b``, then ``c = c1 op d``), the copy probe
-(:func:`toolformer.world.probe.copy_probe`: the weighted loss at the answer with the correct call before the
+(:func:`toolformer.smallworld.probe.copy_probe`: the weighted loss at the answer with the correct call before the
 whole text, with none, with a wrong result) of each call at its answer, in several phrasings of the worked answer.
 ``kept`` is the share of items whose call the filter would keep at tau_f 0.5.
 
-    python -m toolformer.world.lab.chain_probe [--model data/world-base] [--items 120]
+    python -m toolformer.smallworld.lab.chain_probe [--model data/world-base] [--items 120]
 """
 
 from __future__ import annotations
@@ -38,16 +38,15 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from toolformer.config.load import load_config
-    from toolformer.config.schema import PipelineConfig
+    from toolformer.smallworld.arithmetic import split_forms
+    from toolformer.smallworld.config import load_smallworld
+    from toolformer.smallworld.corpora import Writer
+    from toolformer.smallworld.entities import build_world, split_questions
+    from toolformer.smallworld.probe import copy_probe
     from toolformer.tools.calls import get_style
-    from toolformer.world.arithmetic import split_forms
-    from toolformer.world.corpora import Writer
-    from toolformer.world.entities import build_world, split_questions
-    from toolformer.world.probe import copy_probe
 
     torch.set_num_threads(1)
-    wc = load_config(PipelineConfig, args.config).world
+    wc = load_smallworld(args.config).world
     world = build_world(random.Random(wc.seed), wc.towns, wc.rivers, wc.ranges, wc.seas, wc.people, wc.events)
     split = split_forms(wc.seed, wc.heldout_forms_per_op, wc.heldout_vocabulary, wc.extra_train_forms,
                         wc.scene_forms)

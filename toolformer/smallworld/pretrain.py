@@ -5,8 +5,7 @@
    calls inline (the shape of the fine-tuning data, so `` [`` is one token) and
    the tool names: one token per digit; ``[``, ``]``, ``(``, ``)``, ``→`` and
    the tool names single tokens.
-2. A tiny causal LM (width 128, 3 layers by default, ~0.7M parameters; the demo's has 6 and 1.3M; lr 3e-3
-   cosine).
+2. A tiny causal LM (width 128, 6 layers, 1.3M parameters by default, as shipped; cosine learning rate).
    Llama-shaped by default (rotary positions learned to copy sooner than
    GPT-2's learned positions). With the documents packed back to back,
    copying from a prefix appeared between steps 1,500 and 1,750 of 32x128
@@ -16,7 +15,7 @@
    rows that each start with BOS, as every prompt and filter sequence does
    (``pretrain.packing``);
    the best model by dev perplexity (held-out pre-training documents) is kept.
-4. The copy probe (:mod:`toolformer.world.probe`), saved as ``probe.json``.
+4. The copy probe (:mod:`toolformer.smallworld.probe`), saved as ``probe.json``.
 
 The folder gets ``pipeline_config.yaml`` (the resolved config) and, last,
 ``pretrain.json``: config key, parameters, steps, wall time, probe numbers and
@@ -40,23 +39,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from toolformer.config.load import config_hash, dump_yaml, without_added
-from toolformer.config.schema import WORLD_FIELDS_NOT_IN_PRETRAINING, PipelineConfig
+from toolformer.config.load import config_hash
 from toolformer.lm.modeling import set_threads
-from toolformer.run.folder import atomic_write_text, read_jsonl, versions
+from toolformer.run.folder import FORMAT, atomic_write_text, check_format, read_jsonl, versions
+from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
+from toolformer.smallworld.generator import base_model_dir, ensure_world, world_paths
+from toolformer.smallworld.probe import call_items, call_probe, copy_probe, probe_items, run_probe
 from toolformer.tools.calls import get_style, insert_calls
-from toolformer.world.generator import base_model_dir, ensure_world, world_paths
-from toolformer.world.probe import call_items, call_probe, copy_probe, probe_items, run_probe
 
 MANIFEST = "pretrain.json"
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
-# World fields added after base models were shipped, with the value that writes the corpus they were trained on:
-# at that value a field is left out of the key, so the shipped model stays valid.
-WORLD_FIELDS_ADDED = {"copycall_share": 0.0, "cuecall_share": 0.0, "text_order": False, "rewrite_share": 0.0,
-                     "rewrite_math_share": 0.0, "extra_train_forms": False, "cue_number_first": 0.0,
-                     "scene_forms": False}
-# The same for the pretrain section.
-PRETRAIN_FIELDS_ADDED = {"digits_apart": False, "init_from": "", "prefix_space": False}
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
 
@@ -176,24 +168,30 @@ def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int, corpus_
     return on_step
 
 
-def pretrain_key(cfg: PipelineConfig) -> str:
-    """What the base model depends on: the world (but the fields of
-    ``WORLD_FIELDS_NOT_IN_PRETRAINING``, which shape only text after or
-    apart from what pre-training, the tokenizer and the probes read), the
-    pre-training settings, the seed. A model to start from
-    (``pretrain.init_from``) counts by the sha256 of its weights, not by
-    its path."""
-    pc = without_added({k: v for k, v in vars(cfg.pretrain).items()
-                        if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped")},
-                       PRETRAIN_FIELDS_ADDED)
-    if pc.get("init_from"):
-        weights = Path(pc["init_from"]) / "model.safetensors"
-        if not weights.exists():
-            raise FileNotFoundError(f"pretrain.init_from: {weights} does not exist; give the folder of a base model")
-        pc["init_from"] = "sha256:" + sha256_file(weights)
-    world = without_added({k: v for k, v in vars(cfg.world).items() if k not in WORLD_FIELDS_NOT_IN_PRETRAINING},
-                          WORLD_FIELDS_ADDED)
-    return config_hash({"world": world | {"output_dir": ""}, "pretrain": pc, "seed": cfg.seed})
+def pretrain_key(cfg: SmallWorldConfig) -> str:
+    """What the base model depends on: the texts it learns from (the sha256 of pretrain.jsonl, and of the
+    tokenizer's texts when it trains its own tokenizer), the pre-training settings, the seed and the format.
+    The world's settings count through the texts they write, so one that shapes only what pre-training does
+    not read (the two-step documents after the corpus_docs others, the evaluation sets) leaves the key alone.
+    A model to start from (``pretrain.init_from``) counts by the sha256 of its weights and tokenizer, not by its
+    path. Writes the world first if it is not there."""
+    pc = {k: v for k, v in vars(cfg.pretrain).items()
+          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped")}
+    ensure_world(cfg, quiet=True)
+    paths = world_paths(cfg)
+    texts = {"pretrain": sha256_file(paths["pretrain"])}
+    if pc["init_from"]:
+        start = Path(pc["init_from"])
+        for name in ("model.safetensors", "tokenizer.json"):
+            if not (start / name).exists():
+                raise FileNotFoundError(f"pretrain.init_from: {start / name} does not exist; give the folder of a "
+                                        "base model")
+        pc["init_from"] = {name: "sha256:" + sha256_file(start / name)
+                           for name in ("model.safetensors", "tokenizer.json")}
+    else:
+        texts["tokenizer"] = hashlib.sha256("\n".join(tokenizer_texts(paths, cfg.world.corpus_docs))
+                                           .encode()).hexdigest()
+    return config_hash({"format": FORMAT, "pretrain": pc, "seed": cfg.seed, "texts": texts})
 
 
 def sha256_file(path: Path) -> str:
@@ -204,7 +202,7 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def use_shipped(cfg: PipelineConfig, key: str, out: Path) -> bool:
+def use_shipped(cfg: SmallWorldConfig, key: str, out: Path) -> bool:
     """Copy the shipped base model into ``out`` when it was trained with this
     config (same key and steps) on the same pre-training corpus, and its
     weights are the ones recorded."""
@@ -213,12 +211,14 @@ def use_shipped(cfg: PipelineConfig, key: str, out: Path) -> bool:
     if not cfg.pretrain.shipped or not record_path.exists():
         return False
     record = json.loads(record_path.read_text())
+    check_format(record, record_path, "rewrite its record with this version's `toolformer world pretrain`, or set "
+                 "pretrain.shipped='' to train here")
     if record.get("key") != key or record.get("steps") != cfg.pretrain.max_steps:
         print(f"pretrain: the shipped base model {src} was trained with another config "
               f"(key {str(record.get('key'))[:12]}, {record.get('steps')} steps; this config: {key[:12]}, "
               f"{cfg.pretrain.max_steps} steps): training instead")
         return False
-    ensure_world(cfg)  # the stages after pre-training read the world
+    ensure_world(cfg, quiet=True)  # the stages after pre-training read the world
     paths = world_paths(cfg)
     corpus = sha256_file(paths["pretrain"])
     if record.get("pretrain_corpus_sha256") != corpus:
@@ -241,7 +241,7 @@ def use_shipped(cfg: PipelineConfig, key: str, out: Path) -> bool:
     return True
 
 
-def _tokenizer_and_model(cfg: PipelineConfig, paths: dict[str, Path]) -> tuple[Any, Any]:
+def _tokenizer_and_model(cfg: SmallWorldConfig, paths: dict[str, Path]) -> tuple[Any, Any]:
     """The tokenizer, checked (trained on the world's texts, or that of ``pretrain.init_from``), and the model
     to start from (None: one is built from scratch)."""
     from toolformer.lm.tokenizer import set_prefix_space, train_tokenizer
@@ -259,7 +259,7 @@ def _tokenizer_and_model(cfg: PipelineConfig, paths: dict[str, Path]) -> tuple[A
     return tokenizer, model
 
 
-def _probe_best(cfg: PipelineConfig, out: Path, paths: dict[str, Path]) -> dict:
+def _probe_best(cfg: SmallWorldConfig, out: Path, paths: dict[str, Path]) -> dict:
     """With ``pretrain.probe_items``, the probes of the best model saved in ``out`` (written to its probe.json);
     else {}."""
     pc = cfg.pretrain
@@ -274,13 +274,13 @@ def _probe_best(cfg: PipelineConfig, out: Path, paths: dict[str, Path]) -> dict:
     return probe
 
 
-def _record(cfg: PipelineConfig, key: str, out: Path, paths: dict[str, Path], vocab_size: int, params: int,
+def _record(cfg: SmallWorldConfig, key: str, out: Path, paths: dict[str, Path], vocab_size: int, params: int,
             result: dict, wall: float, probe: dict) -> dict:
     """The base model's manifest (``pretrain.json``): its key, the hashes of its weights and corpus, the
     training's result, the probes and the versions."""
     pc = cfg.pretrain
     weights = sha256_file(out / "model.safetensors")
-    return {"key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
+    return {"format": FORMAT, "key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
             "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
             "vocab_size": vocab_size, "steps": result["steps"], "seq_len": pc.seq_len,
             "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
@@ -289,10 +289,10 @@ def _record(cfg: PipelineConfig, key: str, out: Path, paths: dict[str, Path], vo
                           if pc.init_from else None),
             "probe": {k: {m: v for m, v in r.items() if m != "examples"} for k, r in probe.items()},
             "versions": versions(),
-            "command": "toolformer pretrain --config pipeline_config.yaml (this folder's)"}
+            "command": "toolformer world pretrain --config pipeline_config.yaml (this folder's)"}
 
 
-def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
+def pretrain_base_model(cfg: SmallWorldConfig, force: bool = False) -> Path:
     """Train the tokenizer and base model of the small world; return the model folder."""
     pc = cfg.pretrain
     out = base_model_dir(cfg)
@@ -300,6 +300,7 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
     manifest = out / MANIFEST
     if not force and manifest.exists():
         done = json.loads(manifest.read_text())
+        check_format(done, manifest, "rerun with --force to train it again")
         if done.get("key") == key and done.get("steps") == pc.max_steps:
             print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
             return out
@@ -337,7 +338,8 @@ def pretrain_base_model(cfg: PipelineConfig, force: bool = False) -> Path:
 
     probe = _probe_best(cfg, out, paths)
     wall = round(time.perf_counter() - t0, 1)
-    atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n" + dump_yaml(cfg))
+    atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n"
+                      + dump_smallworld(cfg))
     record = _record(cfg, key, out, paths, len(tokenizer), params, result, wall, probe)
     atomic_write_text(manifest, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     calc = probe.get("Calculator", {})

@@ -45,28 +45,30 @@ from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
 from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
 from toolformer.run.folder import Stage, atomic_write_text
+from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
 
 
-def chained_row(cfg: PipelineConfig) -> str | None:
+def chained_row(cfg: SmallWorldConfig) -> str | None:
     """The name of the row that allows ``demo.max_calls_row`` calls per item (None without one)."""
     return f"toolformer_{cfg.demo.max_calls_row}calls" if cfg.demo.max_calls_row else None
 
 
-def demo_rows(cfg: PipelineConfig) -> tuple[str, ...]:
+def demo_rows(cfg: SmallWorldConfig) -> tuple[str, ...]:
     chained = chained_row(cfg)
     return ROWS + ((chained,) if chained is not None else ()) + tuple(round2_configs(cfg))
 
 
-def round2_configs(cfg: PipelineConfig) -> dict[str, PipelineConfig]:
+def round2_configs(sw: SmallWorldConfig) -> dict[str, PipelineConfig]:
     """Round 2 of self-training (demo.rounds 2), per judge in demo.round2_filters: its row name and the
-    config of its run folder (RUN_DIR/round2...). ``cfg`` is the round-1 (world) config."""
-    if cfg.demo.rounds < 2:
+    config of its run folder (RUN_DIR/round2...). ``sw`` holds the round-1 (world) config."""
+    if sw.demo.rounds < 2:
         return {}
+    cfg = sw.pipeline
     round1 = str(Path(cfg.run_dir) / "model")
     out = {}
-    for judge in cfg.demo.round2_filters:
+    for judge in sw.demo.round2_filters:
         folder = "round2" if judge == "base" else "round2_judged_by_round1"
         rcfg = copy.deepcopy(cfg)
         rcfg.run_dir = str(Path(cfg.run_dir) / folder)
@@ -80,30 +82,30 @@ def round2_configs(cfg: PipelineConfig) -> dict[str, PipelineConfig]:
     return out
 
 
-def world_config(cfg: PipelineConfig) -> PipelineConfig:
-    """The pipeline config pointed at the generated world and the base model."""
-    from toolformer.world.generator import EVAL_SETS, TWOSTEP_SET, base_model_dir, world_paths
+def world_config(sw: SmallWorldConfig) -> SmallWorldConfig:
+    """``sw`` with its pipeline config pointed at the generated world and the base model."""
+    from toolformer.smallworld.generator import EVAL_SETS, TWOSTEP_SET, base_model_dir, world_paths
 
-    cfg = copy.deepcopy(cfg)
-    paths = world_paths(cfg)
-    cfg.model.path = str(base_model_dir(cfg))
+    cfg = copy.deepcopy(sw.pipeline)
+    paths = world_paths(sw)
+    cfg.model.path = str(base_model_dir(sw))
     cfg.corpus.path = str(paths["corpus"])
     cfg.tools.collection = str(paths["collection"])
     cfg.tools.knowledge = str(paths["knowledge"])
     cfg.evaluate.perplexity_path = str(paths["heldout"])
-    if cfg.demo.plain_from_pretraining and not cfg.build.plain_path:
+    if sw.demo.plain_from_pretraining and not cfg.build.plain_path:
         cfg.build.plain_path = str(paths["pretrain"])
     if not cfg.evaluate.tasks:
         cfg.evaluate.tasks = [
             TaskConfig(name=name, path=str(paths[f"eval_{name}"]), format="svamp" if kind == "math" else "triviaqa",
-                       kind=kind, prompt=cfg.demo.math_prompt if kind == "math" else cfg.demo.qa_prompt)
+                       kind=kind, prompt=sw.demo.math_prompt if kind == "math" else sw.demo.qa_prompt)
             for name, kind in ((s, s.split("_")[0]) for s in EVAL_SETS)
         ]
-        if cfg.world.eval_twostep:
+        if sw.world.eval_twostep:
             cfg.evaluate.tasks.append(TaskConfig(name=TWOSTEP_SET, path=str(paths[f"eval_{TWOSTEP_SET}"]),
-                                                 format="svamp", kind="math", prompt=cfg.demo.math_prompt,
-                                                 max_new_tokens=cfg.demo.twostep_max_new_tokens))
-    return cfg
+                                                 format="svamp", kind="math", prompt=sw.demo.math_prompt,
+                                                 max_new_tokens=sw.demo.twostep_max_new_tokens))
+    return sw.with_pipeline(cfg)
 
 
 def reuse_stages(src: str | Path, dst: str | Path, stages: tuple[str, ...]) -> None:
@@ -143,12 +145,13 @@ def control_dataset(cfg: PipelineConfig) -> Path:
     return out
 
 
-def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
+def summarise(sw: SmallWorldConfig, walls: dict[str, float]) -> dict:
     """RUN_DIR/results.json in the demo's shape, from the evaluate stage's results."""
+    cfg = sw.pipeline
     out_dir = Path(cfg.evaluate.output_dir or Path(cfg.run_dir) / "eval")
     full = json.loads((out_dir / "results.json").read_text())
     rows = {}
-    for name in demo_rows(cfg):
+    for name in demo_rows(sw):
         r = full["rows"].get(name)
         rows[name] = None if r is None else (
             {t: c["accuracy"] for t, c in r["tasks"].items()}
@@ -159,7 +162,7 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
     chain = Stage(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     tasks = [t.name for t in cfg.evaluate.tasks]
     round2 = {}
-    for name, rcfg in round2_configs(cfg).items():
+    for name, rcfg in round2_configs(sw).items():
         sample = Stage(rcfg.run_dir, "sample").manifest() or {"counts": {"per_tool": {}}}
         rfilt = Stage(rcfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
         one, two = rows.get("toolformer"), rows.get(name)
@@ -174,7 +177,7 @@ def summarise(cfg: PipelineConfig, walls: dict[str, float]) -> dict:
     return {"rows": rows, "wall_seconds": walls, "kept_calls": kept, "filter_gold": gold_summary(cfg.run_dir),
             "candidate_gold": candidate_gold(cfg.run_dir), "chain_rounds": chain["counts"]["rounds"],
             "chained": chained_documents(cfg.run_dir), "round2": round2, "seed": cfg.seed,
-            "merge": cfg.finetune.merge, "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
+            "tasks": {t.name: t.path for t in cfg.evaluate.tasks}}
 
 
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
@@ -241,21 +244,22 @@ Timed = Callable[[str, Callable[[], Any]], Any]
 """``timed(name, fn)``: ``fn()``, its wall time recorded under ``name``."""
 
 
-def _round1(cfg: PipelineConfig, force: bool, timed: Timed) -> PipelineConfig:
+def _round1(sw: SmallWorldConfig, force: bool, timed: Timed) -> SmallWorldConfig:
     """Round 1 on the world: sample, execute, filter, chain, build and finetune; returns its config (the
     evaluate rows of the control model and, with ``demo.max_calls_row``, the chained-calls row added)."""
     from toolformer.stages import run_stage
 
-    wcfg = world_config(cfg)
-    wcfg.evaluate.extra_models = [ExtraModel(name="control", path=str(Path(cfg.run_dir) / "control" / "model"))]
-    chained = chained_row(cfg)
+    wsw = world_config(sw)
+    wcfg = wsw.pipeline
+    wcfg.evaluate.extra_models = [ExtraModel(name="control", path=str(Path(sw.run_dir) / "control" / "model"))]
+    chained = chained_row(sw)
     if chained is not None:  # the tuned model again, allowed chained calls: a later call may copy an earlier result
-        wcfg.evaluate.extra_models.append(ExtraModel(name=chained, path=str(Path(cfg.run_dir) / "model"),
-                                                     tools=True, max_calls=cfg.demo.max_calls_row))
+        wcfg.evaluate.extra_models.append(ExtraModel(name=chained, path=str(Path(sw.run_dir) / "model"),
+                                                     tools=True, max_calls=sw.demo.max_calls_row))
     save_resolved_config(wcfg)
     for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
         timed(stage, functools.partial(run_stage, stage, wcfg, force=force))
-    return wcfg
+    return wsw
 
 
 def _control(cfg: PipelineConfig, wcfg: PipelineConfig, force: bool, timed: Timed) -> None:
@@ -269,13 +273,14 @@ def _control(cfg: PipelineConfig, wcfg: PipelineConfig, force: bool, timed: Time
     timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
 
 
-def _round2(wcfg: PipelineConfig, force: bool, timed: Timed) -> None:
+def _round2(wsw: SmallWorldConfig, force: bool, timed: Timed) -> None:
     """Round 2 of self-training (demo.rounds 2): the round-1 model proposes, the base model is tuned again, per
     judge; each tuned model becomes an evaluate row of ``wcfg``."""
     from toolformer.stages import run_stage
 
+    wcfg = wsw.pipeline
     first = None
-    for name, rcfg in round2_configs(wcfg).items():
+    for name, rcfg in round2_configs(wsw).items():
         save_resolved_config(rcfg)
         if first is not None:  # the same candidates for every judge: sampled and run once
             reuse_stages(first, rcfg.run_dir, ("sample", "execute"))
@@ -288,18 +293,15 @@ def _round2(wcfg: PipelineConfig, force: bool, timed: Timed) -> None:
         for stage in ("build", "finetune"):
             timed(f"{name} {stage}", functools.partial(run_stage, stage, rcfg, force=force))
         wcfg.evaluate.extra_models.append(ExtraModel(name=name, path=rcfg.finetune.output_dir, tools=True))
-    if wcfg.demo.rounds > 1:
+    if wsw.demo.rounds > 1:
         save_resolved_config(wcfg)  # its evaluate rows now hold the round-2 models
 
 
 def _print_results(results: dict, walls: dict[str, float]) -> None:
-    """The results table, the kept calls, the merge, the chain rounds, the gold checks, round 2, the chained
+    """The results table, the kept calls, the chain rounds, the gold checks, round 2, the chained
     calls and the wall times, as the demo ends."""
     print("\n" + table(results))
     print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
-    if results["merge"] != 1.0:
-        print(f"tuned models (toolformer and control) saved as base + {results['merge']:g} × (tuned − base) "
-              f"(finetune.merge; the weights as trained in MODEL/tuned)")
     for r, c in results["chain_rounds"].items():
         print(f"kept in chain round {r} ({c['documents']:,} documents with calls inline): "
               + ", ".join(f"{t} {v['kept']:,} of {v['candidates']:,}" for t, v in c["per_tool"].items()))
@@ -323,11 +325,12 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in walls.items()))
 
 
-def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
+def run_demo(cfg: SmallWorldConfig, force: bool = False) -> dict:
     """The demo into ``cfg.run_dir`` (see the module docstring); returns what ``RUN_DIR/results.json`` holds."""
+    from toolformer.run.guard import mark
+    from toolformer.smallworld.generator import ensure_world
+    from toolformer.smallworld.pretrain import pretrain_base_model
     from toolformer.stages import run_stage
-    from toolformer.world.generator import ensure_world
-    from toolformer.world.pretrain import pretrain_base_model
 
     walls: dict[str, float] = {}
     t_all = time.perf_counter()
@@ -338,15 +341,18 @@ def run_demo(cfg: PipelineConfig, force: bool = False) -> dict:
         walls[name] = round(time.perf_counter() - t0, 1)
         return out
 
+    mark(Path(cfg.run_dir))  # the run folder is toolformer's (as the stages mark it)
+    atomic_write_text(Path(cfg.run_dir) / "smallworld.yaml", "# The small-world config of this demo (toolformer "
+                      "demo --config smallworld.yaml reruns it).\n" + dump_smallworld(cfg))
     timed("world", lambda: ensure_world(cfg, force=force))
     timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
-    wcfg = _round1(cfg, force, timed)
-    _control(cfg, wcfg, force, timed)
-    _round2(wcfg, force, timed)
-    timed("evaluate", lambda: run_stage("evaluate", wcfg, force=force))
-    timed("inspect", lambda: run_stage("inspect", wcfg, force=force))
+    wsw = _round1(cfg, force, timed)
+    _control(cfg.pipeline, wsw.pipeline, force, timed)
+    _round2(wsw, force, timed)
+    timed("evaluate", lambda: run_stage("evaluate", wsw.pipeline, force=force))
+    timed("inspect", lambda: run_stage("inspect", wsw.pipeline, force=force))
     walls["total"] = round(time.perf_counter() - t_all, 1)
-    results = summarise(wcfg, walls)
+    results = summarise(wsw, walls)
     atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
     _print_results(results, walls)
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")

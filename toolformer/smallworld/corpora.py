@@ -23,8 +23,7 @@ import random
 import re
 from collections import defaultdict
 
-from toolformer.tools.calendar import date_sentence
-from toolformer.world.arithmetic import (
+from toolformer.smallworld.arithmetic import (
     OP_NAMES,
     OPS,
     Item,
@@ -33,9 +32,10 @@ from toolformer.world.arithmetic import (
     filler,
     make_item,
 )
-from toolformer.world.copying import NOISE_WORDS, STYLE, CopyingDocs
-from toolformer.world.entities import Fact, NonceFacts, World
-from toolformer.world.twostep import TWOSTEP_FORMS, TwoStepForm, TwoStepItem, make_twostep
+from toolformer.smallworld.copying import NOISE_WORDS, STYLE, CopyingDocs
+from toolformer.smallworld.entities import Fact, NonceFacts, World
+from toolformer.smallworld.twostep import TWOSTEP_FORMS, TwoStepForm, TwoStepItem, make_twostep
+from toolformer.tools.calendar import date_sentence
 
 NONCE_NOTE_SHARE = 0.8  # facts of invented entities announced by a QA note
 INLINE_NOTE_SHARE = 0.5  # notes put inline, right before the answer, instead of at the document start
@@ -88,7 +88,7 @@ class Writer(CopyingDocs):
                  questions: dict[str, list[int]], note_share: float = 0.0, earlier_share: float = 0.0,
                  problem_share: float = 0.3, filler_share: float = 0.5, nonce_share: float = 0.0,
                  noise_share: float = 0.0, separators: float = 0.0, heldout: bool = False, text_order: bool = False,
-                 rewrite_share: float = 0.0, rewrite_math_share: float = 0.0, cue_number_first: float = 0.0):
+                 rewrite_share: float = 0.0, rewrite_math_share: float = 0.0):
         """``split`` and ``questions`` (kind -> indices of the question forms
         to use) say which forms and words this corpus may use; ``heldout``
         picks the held-out forms and, for half the items, held-out words."""
@@ -105,7 +105,7 @@ class Writer(CopyingDocs):
         self.problem_share, self.filler_share = problem_share, filler_share
         self.noise_share, self.separators = noise_share, separators
         self.text_order, self.rewrite_share = text_order, rewrite_share
-        self.rewrite_math_share, self.cue_number_first = rewrite_math_share, cue_number_first
+        self.rewrite_math_share = rewrite_math_share
 
     def ask(self, fact: Fact) -> str:
         """One of the question forms this corpus may use for ``fact``."""

@@ -1,11 +1,21 @@
-"""Configuration of the small world (CPU demo): its generator (`world`), the base model trained on it
-(`pretrain`) and the demo's own settings (`demo`); :mod:`toolformer.config.schema` holds the whole config."""
+"""Configuration of the small world (the CPU demo): its generator (``world``), the base model trained on it
+(``pretrain``) and the demo's own settings (``demo``), around the pipeline's :class:`PipelineConfig`.
+
+Every default is the shipped world (what ``configs/demo.yaml`` runs and ``data/world-base`` was trained on).
+A small-world config file is a pipeline config with these three sections added; :func:`load_smallworld`
+reads it into a :class:`SmallWorldConfig`, whose ``pipeline`` is what the stages get."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar
 
-from toolformer.config.load import above, at_least, between
+import yaml
+
+from toolformer.config.load import above, at_least, between, load_config, to_dict
+from toolformer.config.schema import PipelineConfig
 
 
 @dataclass
@@ -31,9 +41,9 @@ class WorldConfig:
     corpus_fact_share: float = 0.25
     """Share of the facts stated only in the annotation corpus; the rest only in the tools' data
     (eval_qa asks those)."""
-    pretrain_docs: int = 40000
+    pretrain_docs: int = 120000
     """Documents in pretrain.jsonl."""
-    note_share: float = 0.3
+    note_share: float = 0.45
     """Pre-training: share of arithmetic items and dates announced by a call note at the document start."""
     earlier_share: float = 0.3
     """Pre-training: share of arithmetic items whose answer is stated earlier in prose."""
@@ -45,39 +55,35 @@ class WorldConfig:
     """Pre-training: share of fact documents about an entity invented for that document, with QA notes to copy from."""
     copy_share: float = 0.15
     """Pre-training: share of documents that list numbers and repeat them (they teach in-context copying)."""
-    induction_share: float = 0.0
+    induction_share: float = 0.15
     """Pre-training: share of documents that say a run of arbitrary words, names and numbers twice."""
-    copycall_share: float = 0.0
+    copycall_share: float = 0.3
     """Pre-training: share of documents with word problems or quiz questions in scrambled wording (words dropped,
     swapped, inserted) and each one's call inline, where a tuned model writes it: a call's input that can only be
     copied from the text, not recalled from a form."""
-    text_order: bool = False
+    text_order: bool = True
     """Calls of + and * state their numbers in the order the text does (`b + a` for a form that says b first), in
     pre-training notes and gold calls, as the filter keeps them; false: always `a op b`."""
-    cuecall_share: float = 0.0
+    cuecall_share: float = 0.3
     """Pre-training: share of documents with word problems of loose words around two numbers and one cue of an
     operation (a phrase only that operation's training forms use), the call inline: + and * in the text's order,
     - and / the larger number first."""
-    cue_number_first: float = 0.0
-    """Pre-training: share of the cue-call problems that start with their first number (the others start with a
-    town or a person). Tried against divisors that open a prompt and are miscopied; it did not help
-    (docs/lab-notes.md)."""
-    rewrite_share: float = 0.0
+    rewrite_share: float = 0.5
     """Pre-training: share of the quiz questions of copycall documents with about half their small words replaced
     by random ones (the rest scrambled): a question no form writes, copied word for word into its call."""
-    rewrite_math_share: float = 0.0
+    rewrite_math_share: float = 0.5
     """Pre-training: share of the word problems of copycall documents with about half their small words replaced
     by random ones, the words of the operation's cues and the object words kept (the rest scrambled): a problem no
     form writes, its numbers copied into the call."""
-    extra_train_forms: bool = False
+    extra_train_forms: bool = True
     """Training text also uses the 32 arithmetic forms that are never held out (other verbs, a number in the
     question, two sentences, bare operation words, comparisons): the held-out forms and words stay those of the
     seed, and become a new composition of more known wordings."""
-    scene_forms: bool = False
+    scene_forms: bool = True
     """Training text also uses the 67 arithmetic forms of SCENE_FORMS, never held out: each says words that the
     other forms say with one operation only ("bought", "trips", "Monday") with another, so that for every seed each
     word of a held-out form other than its cue words is said with two operations or more in training."""
-    noise_share: float = 0.0
+    noise_share: float = 0.5
     """Pre-training: share of word problems and quiz questions with 1-3 random words inserted (their wording
     becomes unpredictable, so a call that repeats it is copied, not recalled)."""
     separator_share: float = 0.25
@@ -104,28 +110,27 @@ class WorldConfig:
     eval_qa: int = 300
     """Questions in each of eval_qa_seen.jsonl and eval_qa_unseen.jsonl, about the facts only the tools' data
     states (each asked more than once when there are fewer)."""
-    twostep_docs: int = 0
+    twostep_docs: int = 400
     """Annotation documents with a two-step word problem and its worked answer (`The answer is 888 + 150 =
     1038.`), appended to corpus.jsonl after the corpus_docs others; their gold calls are the two steps, the second's
     input starting with the first's result (chained calls)."""
-    noisy_docs: int = 0
-    """Annotation documents like the corpus's word problems, stories and quizzes, with 1-3 random words inserted
-    into every problem and question (what noise_share does in pre-training), appended to corpus.jsonl after the
-    two-step ones: in fine-tuning text a call that repeats them must be copied, not recalled from a form."""
-    problem_docs: int = 0
-    """Annotation documents of 1-2 word problems in training forms, each with its answer (`... How many pens do
-    they have together? The answer is 8162.`), appended to corpus.jsonl after the noisy ones: one-step answers to
-    weigh against the two-step worked answers, which go on after the first result (`The answer is 200 + 237 =
-    437.`)."""
-    eval_twostep: int = 0
+    eval_twostep: int = 300
     """Two-step word problems in eval_math_twostep.json (training forms and words; SVAMP format): a first
     operation on two numbers, then a second on its result and a third number; 0 = no such file."""
+
+    retired: ClassVar[dict[str, str]] = {
+        "cue_number_first": "removed in 0.2.0: opening cue-call problems with a number did not help the calls "
+                            "(docs/lab-notes.md); delete the key",
+        "noisy_docs": "removed in 0.2.0: annotation documents with random words taught the tuned model to copy the "
+                      "noise (docs/lab-notes.md); noise_share adds such words to pre-training; delete the key",
+        "problem_docs": "removed in 0.2.0: one-step problem documents made more wrong operations, not fewer "
+                        "(docs/lab-notes.md); delete the key"}
 
     def validate(self) -> None:
         between(self, 0, 2**32 - 1, "seed")
         between(self, 0.0, 1.0, "pretrain_fact_share", "corpus_fact_share", "note_share", "earlier_share",
                 "problem_share", "filler_share", "nonce_share", "copy_share", "math_share", "quiz_share",
-                "dated_share", "induction_share", "copycall_share", "cuecall_share", "cue_number_first",
+                "dated_share", "induction_share", "copycall_share", "cuecall_share",
                 "rewrite_share", "rewrite_math_share", "noise_share", "separator_share", "heldout_vocabulary")
         if not 1 <= self.heldout_forms_per_op <= 6:
             raise ValueError(f"heldout_forms_per_op: {self.heldout_forms_per_op} is not between 1 and 6 (of 12)")
@@ -145,15 +150,9 @@ class WorldConfig:
         at_least(self, 0, "events", "heldout_docs", "eval_math", "eval_qa")
         if self.events > self.towns:
             raise ValueError(f"events: {self.events} exceeds towns ({self.towns}); at most one event per town")
-        for name in ("twostep_docs", "noisy_docs", "problem_docs", "eval_twostep"):
+        for name in ("twostep_docs", "eval_twostep"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}: must be 0 or more, got {getattr(self, name)}")
-
-
-# World fields that shape only the annotation corpus (documents appended after the corpus_docs others) and the
-# evaluation sets, never pretrain.jsonl nor what the tokenizer and probes read: `pretrain_key` leaves them out, so
-# adding one keeps the shipped base model valid (`use_shipped` still checks the sha256 of pretrain.jsonl).
-WORLD_FIELDS_NOT_IN_PRETRAINING = ("twostep_docs", "noisy_docs", "problem_docs", "eval_twostep")
 
 
 @dataclass
@@ -164,16 +163,16 @@ class PretrainConfig:
     """llama (rotary positions: copying appears sooner here) or gpt2 (learned positions)."""
     vocab_size: int = 900
     """BPE vocabulary trained on the world's texts (one token per digit)."""
-    digits_apart: bool = False
+    digits_apart: bool = True
     """The space before a digit is a token of its own, never part of the digit's: a number is the same tokens
     in the text and after ``(`` in a call (the first operand a model copies into a call)."""
-    prefix_space: bool = False
+    prefix_space: bool = True
     """The tokenizer encodes every text as if a space came before it: a prompt's first number or word has the
     tokens it has anywhere else (without it, a number that opens a prompt was not copied into calls). Added to
     a pretrain.init_from model's tokenizer too."""
     hidden: int = 128
     """Width of the model."""
-    layers: int = 3
+    layers: int = 6
     """Transformer blocks."""
     heads: int = 4
     """Attention heads per block."""
@@ -183,12 +182,12 @@ class PretrainConfig:
     """Length of the packed training sequences, in tokens (each starts with BOS)."""
     packing: str = "stream"
     """stream: documents back to back, each after BOS, rows cut anywhere (no padding); whole: a document that
-    fits a row is never split (rows padded: `toolformer pretrain` prints how much)."""
+    fits a row is never split (rows padded: `toolformer world pretrain` prints how much)."""
     batch_size: int = 32
     """Sequences per optimizer step."""
-    max_steps: int = 3000
+    max_steps: int = 1000
     """Optimizer steps (copying from a prefix appears between steps 1,500 and 1,750 of 32x128 tokens)."""
-    learning_rate: float = 3e-3
+    learning_rate: float = 1e-3
     """Peak learning rate, cosine decay after warm-up."""
     warmup_ratio: float = 0.05
     """Share of steps with linear warm-up."""
@@ -202,11 +201,11 @@ class PretrainConfig:
     """torch CPU threads; 0 = one per core (a tiny model gains little from two, and stalls when a core is busy)."""
     probe_items: int = 200
     """Items of each copy probe (Calculator, QA) and of the base model's eval_math check; 0 = no probe."""
-    init_from: str = ""
-    """A model folder (a base model `toolformer pretrain` made) to continue pre-training from, with its tokenizer
+    init_from: str = "data/world-base-start"
+    """A model folder (a base model `toolformer world pretrain` made) to continue pre-training from, with its tokenizer
     and shape, instead of a new model: the same steps on a changed corpus; empty = train from scratch."""
     shipped: str = "data/world-base"
-    """A base model `toolformer pretrain` made, copied instead of training when its pretrain.json records this
+    """A base model `toolformer world pretrain` made, copied instead of training when its pretrain.json records this
     config's key and max_steps and its weights hash checks out; empty = always train."""
 
     def validate(self) -> None:
@@ -259,3 +258,56 @@ class DemoConfig:
         bad = [f for f in self.round2_filters if f not in ("base", "round1")]
         if bad or not self.round2_filters or len(set(self.round2_filters)) < len(self.round2_filters):
             raise ValueError(f"round2_filters: {self.round2_filters} must list base and/or round1, each once")
+
+
+SECTIONS = {"world": WorldConfig, "pretrain": PretrainConfig, "demo": DemoConfig}
+"""The small world's sections of a config file, beside the pipeline's."""
+
+
+@dataclass
+class _File(PipelineConfig):
+    """A small-world config file as it is written: the pipeline's keys and the three sections (read, checked,
+    then split into a :class:`SmallWorldConfig`)."""
+
+    world: WorldConfig = field(default_factory=WorldConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    demo: DemoConfig = field(default_factory=DemoConfig)
+
+
+@dataclass
+class SmallWorldConfig:
+    """The small world's settings around a pipeline config: the stages get ``pipeline`` only."""
+
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    world: WorldConfig = field(default_factory=WorldConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    demo: DemoConfig = field(default_factory=DemoConfig)
+
+    @property
+    def run_dir(self) -> str:
+        return self.pipeline.run_dir
+
+    @property
+    def seed(self) -> int:
+        return self.pipeline.seed
+
+    def with_pipeline(self, pipeline: PipelineConfig) -> SmallWorldConfig:
+        """The same small world around another pipeline config."""
+        return dataclasses.replace(self, pipeline=pipeline)
+
+    def as_file(self) -> dict:
+        """The config as a small-world config file holds it (the pipeline's keys and the three sections)."""
+        return {**to_dict(self.pipeline), **{name: to_dict(getattr(self, name)) for name in SECTIONS}}
+
+
+def load_smallworld(path: str | Path | None, overrides: list[str] | None = None) -> SmallWorldConfig:
+    """A small-world config file (or the defaults) with ``key=value`` overrides, checked as
+    :func:`~toolformer.config.load.load_config` checks a pipeline config (errors name the key and its source)."""
+    flat = load_config(_File, path, overrides)
+    pipeline = PipelineConfig(**{f.name: getattr(flat, f.name) for f in dataclasses.fields(PipelineConfig)})
+    return SmallWorldConfig(pipeline, flat.world, flat.pretrain, flat.demo)
+
+
+def dump_smallworld(cfg: SmallWorldConfig) -> str:
+    """``cfg`` as YAML that :func:`load_smallworld` reads back."""
+    return yaml.safe_dump(cfg.as_file(), sort_keys=False, allow_unicode=True)

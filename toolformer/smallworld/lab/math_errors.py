@@ -1,6 +1,6 @@
 """Why the tuned model's arithmetic answers are wrong, from the predictions the evaluate stage wrote:
 
-    python -m toolformer.world.lab.math_errors runs/demo --row toolformer --set math_unseen [--by-form]
+    python -m toolformer.smallworld.lab.math_errors runs/demo --row toolformer --set math_unseen [--by-form]
 
 Each item of the set counts once: right (the answer); no call; a call whose result is the answer but a wrong
 answer after it; else by its first Calculator call against the numbers the problem states: the problem's two

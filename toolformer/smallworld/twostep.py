@@ -3,7 +3,7 @@
 A :class:`TwoStepForm` states ``a``, ``b`` and ``d`` and asks for ``c = (a first b) second d``; its worked
 answer is ``The answer is c1 second d = c.``, with a call before ``c1`` and one before ``c`` whose input holds
 ``c1``. :data:`TWOSTEP_FORMS` write the ``math_twostep`` set and the annotation corpus's two-step documents,
-all in training words (:mod:`toolformer.world.arithmetic` has the one-step forms).
+all in training words (:mod:`toolformer.smallworld.arithmetic` has the one-step forms).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from toolformer.world.arithmetic import APPLY, fill_slots, written
+from toolformer.smallworld.arithmetic import APPLY, fill_slots, written
 
 
 @dataclass(frozen=True)
