@@ -13,6 +13,7 @@ from toolformer.cli import main
 from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.gold import GOLD_TOLERANCE, gold_summary, same_result
 from toolformer.inspect.view import in_context, sentence_around
+from toolformer.run.folder import FORMAT
 from toolformer.stages.inspect import run_stage
 from toolformer.tools.calls import get_style, insert_calls
 
@@ -72,7 +73,8 @@ def _write_stage(run: Path, name: str, records: list[dict], counts: dict, shard_
     d.mkdir(parents=True, exist_ok=True)
     for i in range(0, len(records), shard_size):
         write_jsonl(d / f"shard-{i // shard_size:05d}.jsonl", records[i:i + shard_size])
-    (d / "manifest.json").write_text(json.dumps({"stage": name, "config_hash": "x", "seed": 0, "counts": counts,
+    (d / "manifest.json").write_text(json.dumps({"format": FORMAT, "stage": name, "config_hash": "x", "seed": 0,
+                                                 "counts": counts,
                                                  "shards": (len(records) + shard_size - 1) // shard_size}))
 
 

@@ -121,6 +121,15 @@ def cmd_bench(args) -> int:
     return bench_main(args.args)
 
 
+def cmd_preflight(args) -> int:
+    """Reads the model and the first documents; writes nothing (so it takes no lock)."""
+    from toolformer.preflight import main as preflight_main
+
+    if args.docs < 1 or args.probe < 0:
+        raise ValueError("--docs must be at least 1 and --probe at least 0")
+    return preflight_main(_load(args), args.docs, args.probe, args.json, args.config or "")
+
+
 def cmd_inspect(args) -> int:
     """Reads any run folder; writes only RUN_DIR/inspect (so it takes no lock)."""
     cfg = _load(args)
@@ -132,12 +141,15 @@ def cmd_inspect(args) -> int:
 
 
 def cmd_export(args) -> int:
-    """Reads RUN_DIR/build; writes only its own output file, atomically (so it takes no lock, like inspect)."""
+    """Reads RUN_DIR/build (trl-dpo: RUN_DIR/filter and sample); writes only its own output file or folder,
+    atomically (so it takes no lock, like inspect)."""
     from toolformer.inspect.export import export_run
+    from toolformer.inspect.trl import FORMATS as TRL_FORMATS
+    from toolformer.inspect.trl import export_trl
 
     cfg = _load(args)
     cfg.run_dir = args.run_dir
-    export_run(cfg, args.format, args.out, args.kept_only)
+    (export_trl if args.format in TRL_FORMATS else export_run)(cfg, args.format, args.out, args.kept_only)
     return 0
 
 
@@ -251,7 +263,7 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "chat": cmd_chat,
                   "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "demo": cmd_demo,
                   "world": cmd_world, "tasks": cmd_tasks, "score": cmd_score, "tools": cmd_tools,
-                  "mcp-serve": cmd_mcp_serve}
+                  "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 def _stage_command(stage: str) -> Callable[[PipelineConfig, bool], object]:
     """The command of one stage: :func:`~toolformer.stages.run_stage` of ``stage``."""

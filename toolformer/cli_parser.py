@@ -20,6 +20,7 @@ STAGE_HELP = {
     "inspect": "show which calls survived and why (terminal, PNG, HTML)",
 }
 EXPORT_FORMATS = ("openai", "anthropic", "jsonl")  # toolformer.inspect.export.FORMATS, kept out of the import
+TRL_EXPORT_FORMATS = ("trl-sft", "trl-dpo")  # toolformer.inspect.trl.FORMATS: data set folders for TRL
 # Commands whose arguments are prompts: their settings come after `--set` (or `--`).
 PROMPT_COMMANDS = ("generate", "chat")
 # Options of `toolformer tool`, and whether each takes a value.
@@ -83,12 +84,15 @@ def _add_reading_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("export", help="write the built data set as chat conversations with tool calls",
                        description="Each row of RUN_DIR/build/dataset as one conversation: the text before "
-                                   "each call, the call with JSON arguments, its result, the rest of the text.")
-    p.add_argument("run_dir", help="run folder with a finished build")
-    p.add_argument("--format", required=True, choices=EXPORT_FORMATS,
-                   help="openai (chat fine-tuning with tools), anthropic (Messages API), jsonl (neutral segments)")
+                                   "each call, the call with JSON arguments, its result, the rest of the text. "
+                                   "trl-dpo: preference pairs of the filter's kept and rejected calls.")
+    p.add_argument("run_dir", help="run folder with a finished build (trl-dpo: a finished filter)")
+    p.add_argument("--format", required=True, choices=EXPORT_FORMATS + TRL_EXPORT_FORMATS,
+                   help="openai (chat fine-tuning with tools), anthropic (Messages API), jsonl (neutral segments), "
+                        "trl-sft (TRL conversations with tools), trl-dpo (TRL preference pairs)")
     p.add_argument("--kept-only", action="store_true", help="only rows with at least one kept call")
-    p.add_argument("--out", help="output file (default: RUN_DIR/export/FORMAT.jsonl)")
+    p.add_argument("--out", help="output file (default: RUN_DIR/export/FORMAT.jsonl); for trl-sft and trl-dpo a "
+                                 "folder (default: RUN_DIR/export/FORMAT/) with data.jsonl and dataset/")
     p.add_argument("--config", "-c", help="config for a run folder without config.yaml (call style, tools)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. calls.style=special")
 
@@ -187,6 +191,23 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the counts as JSON")
 
 
+def _add_preflight_command(sub: argparse._SubParsersAction) -> None:
+    """``preflight``: before a GPU run, will the config keep any call (toolformer.preflight)."""
+    p = sub.add_parser("preflight", help="before a GPU run: will this config keep calls? (read-only, minutes)",
+                       description="Loads the model as the stages do and reads the first --docs documents: how the "
+                                   "call markers tokenize, p(call start) and sampled calls per tool, the rule "
+                                   "proposers' candidates, a small filter probe, the work and hours of the whole "
+                                   "corpus on this device, and a verdict per tool (ready, few calls, no calls). "
+                                   "Writes nothing. Exit status: 0 when at least one tool is ready, 1 when none is, "
+                                   "2 on a bad config.")
+    p.add_argument("--config", "-c", help="YAML config file (configs/*.yaml)")
+    p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. model.path=DIR")
+    p.add_argument("--docs", type=int, default=100, help="corpus documents to read (default 100)")
+    p.add_argument("--probe", type=int, default=128, help="candidates per tool executed and scored by the filter "
+                                                          "(default 128)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command."""
     parser = argparse.ArgumentParser(
@@ -202,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_world_commands(sub)
     _add_tools_commands(sub)
     _add_task_commands(sub)
+    _add_preflight_command(sub)
     p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
     return parser

@@ -57,7 +57,8 @@ class FilterRecord(ExecuteRecord):
     loss_minus: Annotated[float | None, "L⁻ = min(L_i(ε), L_i(e(c, ε)))"]
     loss_plus: Annotated[float | None, "L⁺ = L_i(e(c, r))"]
     tau_filter: Annotated[float, "the threshold τ_f this tool was filtered with"]
-    kept: Annotated[bool, "L⁻ − L⁺ ≥ τ_f"]
+    read_ahead: Annotated[list[str], "numbers and names of the input the text states only after the position"]
+    kept: Annotated[bool, "L⁻ − L⁺ ≥ τ_f, and reads nothing ahead with filter.lookahead drop"]
 
 
 class CallProvenance(TypedDict):
@@ -118,6 +119,8 @@ def type_name(tp: object) -> str:
     names = {str: "string", int: "int", float: "float", bool: "bool", dict: "object", list: "list",
              type(None): "null"}
     args = typing.get_args(tp)
+    if typing.get_origin(tp) is list:
+        return f"list of {type_name(args[0])}" if args else "list"
     if args:
         return " or ".join(type_name(a) for a in args)
     return names.get(tp, getattr(tp, "__name__", str(tp)))  # type: ignore[call-overload]

@@ -178,6 +178,10 @@ class FilterConfig:
     """Dtype of the model while filtering (float32 on CPU; bfloat16 on GPU); log-softmax is always float32."""
     prefix_separator: str = "\n"
     """Text between the call z and the document when z is the prefix of L_i(z)."""
+    lookahead: str = "drop"
+    """A candidate whose input holds a number or a name that the document states only after the call's position
+    (and not before it) could not have been written there: drop (not kept), flag (kept, its record's read_ahead
+    lists them) or off (not checked). Counted per tool as read_ahead in the manifest."""
     share: bool = True
     """One row per prefix and document: L(ε) of all positions of a document, and a call proposed at several
     positions, from one forward (same losses, tested; 23 % fewer tokens on the demo's candidates)."""
@@ -191,6 +195,8 @@ class FilterConfig:
         "skip_blank": "removed in 0.2.0: it kept the same calls (docs/lab-notes.md); delete the key"}
 
     def validate(self) -> None:
+        if self.lookahead not in ("drop", "flag", "off"):
+            raise ValueError(f"lookahead: {self.lookahead!r} is not one of drop, flag, off")
         at_least(self, 1, "horizon", "batch_tokens")
 
 

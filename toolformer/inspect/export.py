@@ -10,7 +10,8 @@ are the document without its calls; the calls, written back in the run's call
 style with the separator after each, give the row's text again
 (:func:`inline_text`).
 
-Formats: :mod:`toolformer.inspect.chatformats`.
+Formats: :mod:`toolformer.inspect.chatformats`; the TRL data sets (``trl-sft``,
+``trl-dpo``): :mod:`toolformer.inspect.trl`.
 
 No system message is written: the data is plain text continuation, so the
 whole document is the assistant's text. ``tools`` lists only the tools a
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 from tqdm import tqdm
@@ -189,34 +191,59 @@ def export_run(cfg: PipelineConfig, fmt: str, out: str | Path | None = None, kep
 def write_export(ds, path: Path, fmt: str, style: CallStyle, separator: str, tools: dict[str, ToolInfo],
                  problems: dict[str, tuple[str, str]], kept_only: bool) -> dict:
     """Write every row of ``ds`` as one ``fmt`` record to ``path`` (atomically); return the counts."""
-    counts: dict = {"rows": len(ds), "conversations": 0, "with_calls": 0, "calls": 0, "per_tool": Counter(),
-                    "left_out_without_calls": 0, "skipped": Counter(), "invalid_calls": 0, "inputs_rewritten": 0}
-    shown = 0
+    counts = new_counts(len(ds))
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
-        for row in tqdm(ds, total=len(ds), desc=f"export {fmt}", unit="row", disable=len(ds) < 1000):
-            try:
-                if kept_only and not row_calls(row):
-                    counts["left_out_without_calls"] += 1
-                    continue
-                segs, rewritten = segments(row, style, separator, tools, problems)
-            except Skip as e:
-                counts["skipped"][e.kind] += 1
-                counts["invalid_calls"] += e.invalid_calls
-                if shown < SHOWN_SKIPS:
-                    print(f"export: skipped {row['doc_id']}: {e}")
-                    shown += 1
-                continue
+        for row, segs in exported_segments(ds, fmt, style, separator, tools, problems, kept_only, counts):
             f.write(dumps(to_record(fmt, str(row["doc_id"]), segs, tools)) + "\n")
-            calls = [s["tool"] for s in segs if s["type"] == "call"]
-            counts["conversations"] += 1
-            counts["with_calls"] += bool(calls)
-            counts["calls"] += len(calls)
-            counts["per_tool"].update(calls)
-            counts["inputs_rewritten"] += rewritten
-    counts = {**counts, "per_tool": dict(counts["per_tool"].most_common()), "skipped": dict(counts["skipped"]),
-              "format": fmt, "output": str(path)}
+    counts = finished_counts(counts, fmt, path)
     print(summary_line(counts, kept_only))
     return counts
+
+
+def new_counts(rows: int) -> dict:
+    return {"rows": rows, "conversations": 0, "with_calls": 0, "calls": 0, "per_tool": Counter(),
+            "left_out_without_calls": 0, "skipped": Counter(), "invalid_calls": 0, "inputs_rewritten": 0}
+
+
+def exported_segments(ds, fmt: str, style: CallStyle, separator: str, tools: dict[str, ToolInfo],
+                      problems: dict[str, tuple[str, str]], kept_only: bool, counts: dict
+                      ) -> Iterator[tuple[dict, list[dict]]]:
+    """(row, its segments) for every row of ``ds`` that can be exported, counted into ``counts``
+    (:func:`new_counts`); a row that cannot is counted by reason, the first few printed."""
+    shown = 0
+    for row in tqdm(ds, total=len(ds), desc=f"export {fmt}", unit="row", disable=len(ds) < 1000):
+        try:
+            if kept_only and not row_calls(row):
+                counts["left_out_without_calls"] += 1
+                continue
+            segs, rewritten = segments(row, style, separator, tools, problems)
+        except Skip as e:
+            counts["skipped"][e.kind] += 1
+            counts["invalid_calls"] += e.invalid_calls
+            if shown < SHOWN_SKIPS:
+                print(f"export: skipped {row['doc_id']}: {e}")
+                shown += 1
+            continue
+        yield row, segs
+        calls = [s["tool"] for s in segs if s["type"] == "call"]
+        counts["conversations"] += 1
+        counts["with_calls"] += bool(calls)
+        counts["calls"] += len(calls)
+        counts["per_tool"].update(calls)
+        counts["inputs_rewritten"] += rewritten
+
+
+def finished_counts(counts: dict, fmt: str, path: Path) -> dict:
+    """The counts as plain dicts, with the format and the output."""
+    return {**counts, "per_tool": dict(counts["per_tool"].most_common()), "skipped": dict(counts["skipped"]),
+            "format": fmt, "output": str(path)}
+
+
+def count_clause(what: str, by_reason: dict[str, int]) -> str:
+    """``; N WHAT (reason n, ...)`` for a summary line (no reasons when N is 0)."""
+    total = sum(by_reason.values())
+    reasons = " (" + ", ".join(f"{why} {n:,}" for why, n in by_reason.items()) + ")" if total else ""
+    return f"; {total:,} {what}{reasons}"
 
 
 def summary_line(counts: dict, kept_only: bool) -> str:
@@ -224,10 +251,7 @@ def summary_line(counts: dict, kept_only: bool) -> str:
     line = (f"export: {counts['rows']:,} rows; {counts['conversations']:,} conversations "
             f"({counts['with_calls']:,} with calls, {counts['conversations'] - counts['with_calls']:,} without) "
             f"with {counts['calls']:,} calls{f' ({tools})' if tools else ''}")
-    skipped = sum(counts["skipped"].values())
-    line += f"; {skipped:,} rows skipped"
-    if skipped:
-        line += " (" + ", ".join(f"{kind} {n:,}" for kind, n in counts["skipped"].items()) + ")"
+    line += count_clause("rows skipped", counts["skipped"])
     if counts["invalid_calls"]:
         line += f", {counts['invalid_calls']:,} calls with invalid arguments"
     if kept_only:

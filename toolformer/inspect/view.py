@@ -160,6 +160,25 @@ def _pick(stage: StageState, tool: str, key: str, from_records: int, warnings: l
     return int(value), "manifest"
 
 
+READ_AHEAD_SHOWN = 5  # candidates per tool that read ahead of their position, in funnel.json
+
+
+def passes_tau(r: dict) -> bool:
+    """The filter record's L⁻ − L⁺ ≥ tau_filter (the paper's criterion, before filter.lookahead)."""
+    m = margin(r)
+    return m is not None and m >= r["tau_filter"] - 1e-9
+
+
+def error_codes(records: list[dict]) -> dict[str, int]:
+    """How many execute records failed with each error code, the most frequent first."""
+    errors: dict[str, int] = {}
+    for r in records:
+        if r["error"] is not None:
+            code = str(r["error"].get("code", "error")) if isinstance(r["error"], dict) else "error"
+            errors[code] = errors.get(code, 0) + 1
+    return dict(sorted(errors.items(), key=lambda kv: -kv[1]))
+
+
 def compute_funnel(view: RunView) -> dict:
     """Counts per tool from the manifests, cross-checked against the records."""
     warnings: list[str] = []
@@ -188,23 +207,24 @@ def compute_funnel(view: RunView) -> dict:
             if n is not None and cands is not None and sample.state == "complete" and n != cands:
                 warnings.append(f"{later}: {tool}: {n:,} records but sample has {cands:,} candidates")
         taus = {t for r in f_recs if (t := r.get("tau_filter")) is not None}
-        wrong = sum(bool(r["kept"]) != (margin(r) is not None and margin(r) >= r["tau_filter"] - 1e-9)
+        drop = (filt.manifest or {}).get("lookahead") == "drop"
+        wrong = sum(bool(r["kept"]) != (passes_tau(r) and not (drop and r.get("read_ahead")))
                     for r in f_recs if r.get("tau_filter") is not None)
+        ahead = [r for r in f_recs if r.get("tau_filter") is not None and passes_tau(r) and r.get("read_ahead")]
+        read_ahead, _ = _pick(filt, tool, "read_ahead", len(ahead), warnings)
         if wrong:
             warnings.append(f"filter: {tool}: {wrong:,} records whose `kept` disagrees with L⁻ − L⁺ ≥ tau_filter")
-        errors: dict[str, int] = {}
-        for r in e_recs:
-            if r["error"] is not None:
-                code = str(r["error"].get("code", "error")) if isinstance(r["error"], dict) else "error"
-                errors[code] = errors.get(code, 0) + 1
         counts = [(docs, docs_src), (pos, pos_src), (cands, cands_src), (ok, ok_src), (kept, kept_src)]
         prev_of = [scored_docs, docs, pos, cands, ok]
         steps = [_step(st, c, src, p) for st, (c, src), p in zip(STEPS, counts, prev_of)]
         per_tool[tool] = {
             "steps": steps,
-            "counts": {st: c for st, (c, _) in zip(STEPS, counts)} | {"failed": failed, "scored": scored},
+            "counts": {st: c for st, (c, _) in zip(STEPS, counts)} | {"failed": failed, "scored": scored,
+                                                                        "read_ahead": read_ahead},
+            "read_ahead": {"mode": (filt.manifest or {}).get("lookahead"), "examples": [
+                {k: r[k] for k in ("doc_id", "char_start", "input", "read_ahead")} for r in ahead[:READ_AHEAD_SHOWN]]},
             "tau_filter": next(iter(taus)) if len(taus) == 1 else (sorted(taus) or None),
-            "errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])),
+            "errors": error_codes(e_recs),
         }
     return {
         "run_dir": str(view.run_dir),

@@ -61,14 +61,27 @@ def lr_factor(step: int, args: TrainArgs) -> float:
     return 1.0 - progress
 
 
-def mixed_precision(dtype: str) -> str:
+def batch_plan(batch_size: int, micro_batch_size: int, processes: int) -> tuple[int, int]:
+    """(accumulation, effective batch) of one optimizer step: ``micro_batch_size`` rows per forward and process,
+    accumulated over as many forwards as fit in ``batch_size`` (at least one). The effective batch is
+    ``batch_size`` when micro batch x processes divides it, else the largest multiple of that below it (one round
+    of it when it is larger than ``batch_size``)."""
+    accum = max(1, batch_size // (micro_batch_size * processes))
+    return accum, accum * micro_batch_size * processes
+
+
+def mixed_precision(dtype: str, cuda: bool | None = None) -> str:
+    """accelerate's ``mixed_precision`` for ``finetune.dtype``: auto is bf16 on a CUDA device and none on the CPU.
+    ``cuda``: whether the loop runs on CUDA; None = whether this machine has it."""
     if dtype == "auto":
-        return "bf16" if torch.cuda.is_available() else "no"
+        on_cuda = torch.cuda.is_available() if cuda is None else cuda
+        return "bf16" if on_cuda else "no"
     return {"float32": "no", "bfloat16": "bf16", "float16": "fp16"}[dtype]
 
 
-def save_dtype(args: TrainArgs) -> torch.dtype:
-    """The dtype the tuned weights are saved in: ``save_dtype``, or with auto the training precision."""
+def save_dtype(args: TrainArgs, cuda: bool | None = None) -> torch.dtype:
+    """The dtype the tuned weights are saved in: ``save_dtype``, or with auto the training precision
+    (:func:`mixed_precision` of ``dtype`` and ``cuda``)."""
     if args.save_dtype != "auto":
         return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.save_dtype]
-    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision(args.dtype), torch.float32)
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(mixed_precision(args.dtype, cuda), torch.float32)

@@ -59,7 +59,7 @@ from toolformer.lm.checkpoints import (  # noqa: F401 (CHECKPOINTS..RUN_KEY: imp
     save_whole,
 )
 from toolformer.lm.rows import batch_inputs, evaluate_perplexity
-from toolformer.lm.trainargs import TrainArgs, lr_factor, mixed_precision, save_dtype  # noqa: F401 (as before)
+from toolformer.lm.trainargs import TrainArgs, batch_plan, lr_factor, mixed_precision, save_dtype
 from toolformer.run import stops
 from toolformer.run.folder import atomic_write_text, fault_point
 from toolformer.run.parallel import use_cpu
@@ -108,8 +108,7 @@ class Trainer:
         self.accelerator = Accelerator(mixed_precision=mixed_precision(args.dtype), cpu=use_cpu())
         self.main = self.accelerator.is_main_process
         self.world = self.accelerator.num_processes
-        self.accum = max(1, args.batch_size // (args.micro_batch_size * self.world))
-        self.effective = self.accum * args.micro_batch_size * self.world
+        self.accum, self.effective = batch_plan(args.batch_size, args.micro_batch_size, self.world)
         if self.effective != args.batch_size and self.main:
             print(f"train: effective batch {self.effective} (micro {args.micro_batch_size} x {self.world} processes "
                   f"x {self.accum} accumulation) instead of {args.batch_size}")

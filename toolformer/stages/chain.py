@@ -40,7 +40,7 @@ from toolformer.run.folder import Stage, chunked, fmt_pct, read_documents, run_s
 from toolformer.run.parallel import Ranks
 from toolformer.stages import StageResult, model_inputs, stage_options, start
 from toolformer.stages.build import best_per_position, check_positions, read_kept, round_name
-from toolformer.stages.filter import CandidateScorer
+from toolformer.stages.filter import CandidateScorer, count_record
 from toolformer.stages.sample import annotate_group, check_tools, make_samplers, tool_settings
 from toolformer.tools import build_tools, close_tools
 from toolformer.tools.sandbox import build_sandbox
@@ -128,12 +128,9 @@ def run_round(cfg: PipelineConfig, r: int, h: str, force: bool, kept: list[dict]
         run_sharded(stage, chunked(order, cfg.shard_size),
                     lambda g, ids: rnd.process([inline(docs[d], by_doc[d], cfg.calls.separator) for d in ids], taken),
                     bar, rank=Ranks.single())
-    per_tool = {t: {"candidates": 0, "scored": 0, "kept": 0} for t in cfg.tools.enabled}
+    per_tool = {t: {"candidates": 0, "scored": 0, "kept": 0, "read_ahead": 0} for t in cfg.tools.enabled}
     for rec in stage.records():
-        c = per_tool[rec["tool"]]
-        c["candidates"] += 1
-        c["scored"] += int(rec["loss_plus"] is not None)
-        c["kept"] += int(rec["kept"])
+        count_record(per_tool[rec["tool"]], rec)
     counts = {"documents": len(order), "per_tool": per_tool}
     stage.finish(h, cfg.seed, counts, model=cfg.filter.model or cfg.model.path)
     return counts

@@ -5,7 +5,7 @@ whole text (a prefix, not inline):
 
     L(ε), L(e(c, ε)), L(e(c, r))      weighted losses of x_i..x_{i+4}
     L⁻ = min(L(ε), L(e(c, ε))),  L⁺ = L(e(c, r))
-    kept  ⇔  L⁻ − L⁺ ≥ tau_f
+    kept  ⇔  L⁻ − L⁺ ≥ tau_f  (and, with filter.lookahead drop, the input reads nothing ahead)
 
 Sequence = [BOS] + tokens(z + prefix_separator) + tokens(text); the text is
 tokenized once so every variant scores the same target tokens. The losses come
@@ -14,6 +14,7 @@ from ``model.path`` (the paper's M), or from ``filter.model`` when set.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from toolformer.config.schema import PipelineConfig
@@ -26,6 +27,7 @@ from toolformer.run.folder import DocumentStore, Stage, fmt_pct
 from toolformer.run.parallel import ranks
 from toolformer.stages import StageResult, model_inputs, per_upstream_shard, stage_options, start
 from toolformer.tools.calls import get_style
+from toolformer.tools.lookahead import reads_ahead
 
 
 def tau_for(cfg: PipelineConfig, tool: str) -> float:
@@ -78,17 +80,25 @@ class CandidateScorer:
             if p is None:
                 out.append(FilterRecord(**r, call_text=None, call_text_no_result=None, loss_none=None,
                                         loss_no_result=None, loss_with_result=None, loss_minus=None,
-                                        loss_plus=None, tau_filter=tau, kept=False))
+                                        loss_plus=None, tau_filter=tau, read_ahead=[], kept=False))
                 continue
             (none, no_res, with_res), with_result, no_result = p
             l_none, l_no, l_with = losses[none], losses[no_res], losses[with_res]
             lm = loss_minus(l_none, l_no)
+            ahead = self.read_ahead(r)
+            kept = is_kept(round(lm, 6), round(l_with, 6), tau) and not (ahead and self.cfg.filter.lookahead == "drop")
             out.append(FilterRecord(**r, call_text=with_result, call_text_no_result=no_result,
                                     loss_none=round(l_none, 6), loss_no_result=round(l_no, 6),
                                     loss_with_result=round(l_with, 6), loss_minus=round(lm, 6),
-                                    loss_plus=round(l_with, 6), tau_filter=tau,
-                                    kept=is_kept(round(lm, 6), round(l_with, 6), tau)))
+                                    loss_plus=round(l_with, 6), tau_filter=tau, read_ahead=ahead, kept=kept))
         return out
+
+    def read_ahead(self, r: ExecuteRecord) -> list[str]:
+        """What the candidate's input reads ahead of its position (:mod:`toolformer.tools.lookahead`); [] with
+        ``filter.lookahead: off``."""
+        if self.cfg.filter.lookahead == "off":
+            return []
+        return reads_ahead(self.docs[r["doc_id"]]["text"], r["char_start"], r["input"])
 
 
 def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
@@ -115,16 +125,28 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
 
 def finish(cfg: PipelineConfig, run) -> None:
     """Main process, every shard written: counts and manifest."""
-    per_tool: dict[str, dict] = {t: {"candidates": 0, "scored": 0, "kept": 0} for t in cfg.tools.enabled}
+    per_tool: dict[str, dict] = {t: {"candidates": 0, "scored": 0, "kept": 0, "read_ahead": 0}
+                                 for t in cfg.tools.enabled}
     for r in run.stage.records():
-        c = per_tool[r["tool"]]
-        c["candidates"] += 1
-        c["scored"] += int(r["loss_plus"] is not None)
-        c["kept"] += int(r["kept"])
+        count_record(per_tool[r["tool"]], r)
     counts = {"per_tool": dict(per_tool)}
     run.stage.finish(run.hash, cfg.seed, counts, model=cfg.filter.model or cfg.model.path,
-                     tau_filter={t: tau_for(cfg, t) for t in per_tool}, processes=ranks().world)
+                     tau_filter={t: tau_for(cfg, t) for t in per_tool}, lookahead=cfg.filter.lookahead,
+                     processes=ranks().world)
     total = sum(c["candidates"] for c in per_tool.values())
     kept = sum(c["kept"] for c in per_tool.values())
     parts = ", ".join(f"{t} {c['kept']:,}/{c['candidates']:,}" for t, c in per_tool.items())
-    print(f"filter: kept {kept:,} of {total:,} calls ({fmt_pct(kept, total)}; {parts})")
+    ahead = ", ".join(f"{t} {c['read_ahead']:,}" for t, c in per_tool.items() if c["read_ahead"])
+    verb = {"drop": "dropped", "flag": "kept and flagged"}.get(cfg.filter.lookahead, "")
+    print(f"filter: kept {kept:,} of {total:,} calls ({fmt_pct(kept, total)}; {parts})"
+          + (f"; {verb} for reading ahead of their position: {ahead}" if ahead else ""))
+
+
+def count_record(c: dict, r: Mapping[str, Any]) -> None:
+    """Add filter record ``r`` to its tool's counts ``c``: candidates, scored, kept, and read_ahead (those that
+    pass tau_f but hold a number or name the text states only later: dropped or flagged by filter.lookahead)."""
+    c["candidates"] += 1
+    c["scored"] += int(r["loss_plus"] is not None)
+    c["kept"] += int(r["kept"])
+    passes = r["loss_plus"] is not None and is_kept(r["loss_minus"], r["loss_plus"], r["tau_filter"])
+    c["read_ahead"] += int(bool(r.get("read_ahead")) and passes)

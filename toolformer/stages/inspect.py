@@ -60,6 +60,40 @@ def _file_name(tool: str) -> str:
     return "margin-" + re.sub(r"[^A-Za-z0-9_.-]", "_", tool) + ".png"
 
 
+def funnel_table(f: dict, tools: list[str]):
+    """The terminal's funnel table: per tool, each step's count and its share of (or rate over) the one before."""
+    from rich import box
+    from rich.table import Table
+
+    funnel = Table(title="Funnel per tool", box=box.SIMPLE, title_justify="left")
+    for col, just in FUNNEL_COLUMNS:
+        funnel.add_column(col, justify=just, no_wrap=True)
+    for tool in tools:
+        for i, step in enumerate(f["per_tool"][tool]["steps"]):
+            r = step["of_previous"]
+            prev = "–" if r is None else (f"{100 * r:.1f} %" if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
+            count = "–" if step["count"] is None else f"{step['count']:,}"
+            funnel.add_row(tool if i == 0 else "", STEP_LABELS[step["step"]], count, prev,
+                           end_section=i == len(f["per_tool"][tool]["steps"]) - 1)
+    return funnel
+
+
+def print_read_ahead(console, funnel: dict, tools: list[str]) -> None:
+    """Per tool, the candidates that passed tau_f but read ahead of their position (filter.lookahead), with
+    examples."""
+    for tool in tools:
+        t = funnel["per_tool"][tool]
+        n, ra = t["counts"].get("read_ahead"), t.get("read_ahead") or {}
+        if not n:
+            continue
+        verb = {"drop": "dropped", "flag": "kept, flagged"}.get(ra.get("mode") or "", "")
+        console.print(f"{tool}: {n:,} calls passed tau_f but read ahead of their position ({verb}; "
+                      "filter.lookahead), e.g.")
+        for e in ra["examples"][:3]:
+            console.print(f"  {e['doc_id']} at character {e['char_start']}: {tool}({e['input']}) reads "
+                          + ", ".join(e["read_ahead"]) + " from later in the text", markup=False)
+
+
 def kept_share(funnel: dict, tools: list[str]) -> tuple[int, int, str]:
     """Kept calls, candidate calls and the kept share over ``tools``."""
     kept = sum(funnel["per_tool"][t]["counts"]["kept"] or 0 for t in tools)
@@ -129,17 +163,8 @@ def print_inspection(ins: Inspection, width: int) -> None:
     for w in f["warnings"]:
         console.print(f"warning: {w}", style="yellow")
 
-    funnel = Table(title="Funnel per tool", box=box.SIMPLE, title_justify="left")
-    for col, just in FUNNEL_COLUMNS:
-        funnel.add_column(col, justify=just, no_wrap=True)
-    for tool in ins.tools:
-        for i, step in enumerate(f["per_tool"][tool]["steps"]):
-            r = step["of_previous"]
-            prev = "–" if r is None else (f"{100 * r:.1f} %" if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
-            count = "–" if step["count"] is None else f"{step['count']:,}"
-            funnel.add_row(tool if i == 0 else "", STEP_LABELS[step["step"]], count, prev,
-                           end_section=i == len(f["per_tool"][tool]["steps"]) - 1)
-    console.print(funnel)
+    console.print(funnel_table(f, ins.tools))
+    print_read_ahead(console, f, ins.tools)
 
     quant = Table(title="L⁻ − L⁺ of the calls shown", box=box.SIMPLE, title_justify="left")
     quant.add_column("tool", no_wrap=True)

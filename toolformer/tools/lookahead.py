@@ -1,0 +1,50 @@
+"""Calls that read the future: a candidate whose input holds a number or a name that the document states only
+after the call's position, and not before it (``filter.lookahead``).
+
+Such a call could not have been written at that point of the text, yet its result can make the next tokens cheap
+(the text goes on to state what the call used), so the paper's criterion may keep it. A number is a run of digits
+with optional thousands separators and decimals (``1,250`` and ``1250`` are the same number); a name is a
+capitalised word of the input, matched with its case (a question word such as ``Who`` counts too: when the text
+states it only later, the question itself comes later). Matching is by whole number and whole word. The text
+before the position includes the calls a chain round put inline before it, so a chained call that copies an
+earlier call's result does not read ahead.
+"""
+
+from __future__ import annotations
+
+import re
+
+LOOKAHEAD_MODES = ("drop", "flag", "off")
+"""``drop``: such a candidate is not kept; ``flag``: kept and marked; ``off``: not checked."""
+
+_NUMBER = re.compile(r"(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?")  # ends with a digit: `3,361,` is 3361
+_WORD = re.compile(r"[^\W\d_][\w'’-]*")
+
+
+def _numbers(text: str) -> set[str]:
+    return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)}
+
+
+def _names(call_input: str) -> list[str]:
+    """Capitalised words of ``call_input``."""
+    return [m.group(0) for m in _WORD.finditer(call_input) if m.group(0)[0].isupper()]
+
+
+def _says(text: str, word: str) -> bool:
+    return re.search(rf"(?<![\w'’-]){re.escape(word)}(?![\w'’-])", text) is not None
+
+
+def reads_ahead(text: str, position: int, call_input: str) -> list[str]:
+    """The numbers and names of ``call_input`` that ``text`` states after character ``position`` and nowhere before
+    it, in the order the input has them (empty: the call reads nothing ahead)."""
+    before, after = text[:position], text[position:]
+    ahead: list[str] = []
+    said_before, said_after = _numbers(before), _numbers(after)
+    for m in _NUMBER.finditer(call_input):
+        n = m.group(0).replace(",", "")
+        if n not in said_before and n in said_after and n not in ahead:
+            ahead.append(n)
+    for name in _names(call_input):
+        if name not in ahead and not _says(before, name) and _says(after, name):
+            ahead.append(name)
+    return ahead
