@@ -27,7 +27,8 @@ def conforms(record: dict, record_type: type) -> bool:
     if set(record) != set(declared):
         return False
     for name, (tp, _) in declared.items():
-        allowed = tuple(typing.get_origin(a) or a for a in (typing.get_args(tp) or (tp,)))
+        members = (tp,) if typing.get_origin(tp) is list else typing.get_args(tp) or (tp,)  # list[str]: a list
+        allowed = tuple(typing.get_origin(a) or a for a in members)
         allowed += (int,) if float in allowed else ()  # JSON writes 1.0 as 1
         if not isinstance(record[name], allowed):
             return False

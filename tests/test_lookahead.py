@@ -115,3 +115,6 @@ def test_filter_drops_flags_or_ignores_calls_that_read_ahead(tiny_model_dir, tmp
     assert calc["counts"]["read_ahead"] == 2 and calc["read_ahead"]["mode"] == "drop"
     assert [e["read_ahead"] for e in calc["read_ahead"]["examples"]] == [["40"], ["40"]]
     assert ahead[0]["char_start"] == calc["read_ahead"]["examples"][0]["char_start"]
+    report = (tmp_path / "drop" / "inspect" / "report.html").read_text()
+    assert "<h2>Calls that read ahead</h2>" in report and "Calculator 2, WikiSearch 1" in report
+    assert "<td>1250 + 40</td><td>40</td><td>Anna had 1,250 pens and <b>▸</b>bought 40 more." in report

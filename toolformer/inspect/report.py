@@ -281,7 +281,30 @@ def summary_html(ins: Inspection, images: dict[str, bytes], where: dict[str, str
             f"<h2>Calls by margin</h2>{ranking_html(ins, where, width)}"
             + (f'<h2>Kept calls against gold calls</h2>{gold_html(ins)}' if ins.gold is not None else "")
             + ("<h2>Execution errors</h2><table id='errors'>"
-               f"<tr><th>tool</th><th>code</th><th class='num'>calls</th></tr>{errors}</table>" if errors else ""))
+               f"<tr><th>tool</th><th>code</th><th class='num'>calls</th></tr>{errors}</table>" if errors else "")
+            + read_ahead_html(ins))
+
+
+def read_ahead_html(ins: Inspection) -> str:
+    """The candidates that passed tau_f but read ahead of their position (filter.lookahead), with examples; ""
+    when there are none."""
+    rows = []
+    for t in ins.tools:
+        info = ins.funnel["per_tool"][t].get("read_ahead") or {}
+        for e in info.get("examples", []):
+            doc = ins.view.documents.get(e["doc_id"]) or {}
+            text, at = doc.get("text", ""), int(e["char_start"])
+            rows.append(f"<tr><td>{_e(t)}</td><td>{_e(info.get('mode') or '')}</td><td>{_e(e['input'])}</td>"
+                        f"<td>{_e(', '.join(e['read_ahead']))}</td><td>{_e(text[max(0, at - 60):at])}"
+                        f"<b>▸</b>{_e(text[at:at + 60])}</td></tr>")
+    if not rows:
+        return ""
+    counts = ", ".join(f"{_e(t)} {n:,}" for t in ins.tools
+                       if (n := ins.funnel["per_tool"][t]["counts"].get("read_ahead")))
+    return ("<h2>Calls that read ahead</h2><p>Passed tau_f, but their input holds what the text states only after "
+            f"the call's position (filter.lookahead): {counts}.</p><table id='read-ahead'><tr><th>tool</th>"
+            "<th>mode</th><th>input</th><th>read ahead</th><th>text around (▸ the position)</th></tr>"
+            + "".join(rows) + "</table>")
 
 
 def _page(title: str, nav: str, body: str) -> str:
