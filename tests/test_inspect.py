@@ -59,7 +59,7 @@ def _records(docs: list[dict], calls: list[tuple]):
         filtered = dict(executed, call_text=None if failed else STYLE.render(tool, tool_input, outcome),
                         call_text_no_result=STYLE.render(tool, tool_input, ""), loss_none=l_none,
                         loss_no_result=l_no_result, loss_with_result=l_with, loss_minus=None, loss_plus=None,
-                        tau_filter=TAU[tool], kept=False)
+                        tau_filter=TAU[tool], read_ahead=[], kept=False)
         if not failed:
             filtered["loss_minus"] = min(l_none, l_no_result)
             filtered["loss_plus"] = l_with
@@ -99,7 +99,7 @@ def make_run(root: Path, stages=("sample", "execute", "filter"), docs=DOCS, call
         _write_stage(run, "filter", [f for _, _, f in recs], {"per_tool": {t: {
             "candidates": sum(f["tool"] == t for _, _, f in recs),
             "scored": sum(f["tool"] == t and f["loss_plus"] is not None for _, _, f in recs),
-            "kept": sum(f["tool"] == t and f["kept"] for _, _, f in recs)} for t in tools}})
+            "kept": sum(f["tool"] == t and f["kept"] for _, _, f in recs), "read_ahead": 0} for t in tools}})
     return run
 
 
@@ -207,7 +207,7 @@ def test_terminal_funnel_equals_record_counts(tmp_path, capsys, monkeypatch):
     assert terminal_funnel(out) == expected
     saved = json.loads((run / "inspect" / "funnel.json").read_text())
     assert {t: v["counts"] for t, v in saved["per_tool"].items()} == {
-        t: dict(expected[t], failed=2 if t == "Calculator" else 1, scored=4 if t == "Calculator" else 3)
+        t: dict(expected[t], failed=2 if t == "Calculator" else 1, scored=4 if t == "Calculator" else 3, read_ahead=0)
         for t in expected}
     assert saved["warnings"] == [] and saved["missing"] == []
     assert "gold" not in saved and ins.gold is None and "gold calls" not in out  # the documents have none
