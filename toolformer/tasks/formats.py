@@ -27,8 +27,8 @@ lama      LAMA (``data.zip`` of the LAMA release): T-REx ``P*.jsonl``
 
 LAMA items follow the paper: a left-to-right model can only complete a
 statement whose ``[MASK]`` is its last word, so the prompt is the first of the
-item's masked sentences that ends with ``[MASK]`` (punctuation after it
-aside), cut before the mask; items with no such sentence are skipped.
+item's masked sentences that ends with ``[MASK]`` (spaces, closing brackets
+and punctuation after it aside), cut before the mask; items with no such sentence are skipped.
 
 A JSON Lines file is split at ``\\n`` only (a U+0085 or U+2028 inside a string
 is text). A record that cannot be used (invalid JSON, a missing field, an
@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import json
 import re
+import unicodedata
 import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -267,10 +268,16 @@ def triviaqa_item(r: dict, index: int) -> TaskItem:
 MASK = "[MASK]"
 
 
+def _closes(tail: str) -> bool:
+    """Whether ``tail`` is only spaces, closing brackets and punctuation (``).``, `` ) .``, ``:``)."""
+    return all(c.isspace() or unicodedata.category(c) in ("Po", "Pe", "Pf") for c in tail)
+
+
 def lama_prompt(sentence: str) -> str | None:
-    """The text before ``[MASK]`` when it is the sentence's last word (and its only mask), else None."""
+    """The text before ``[MASK]`` when it is the sentence's last word (and its only mask), else None;
+    spaces, closing brackets and punctuation may follow it."""
     head, mask, tail = sentence.rpartition(MASK)
-    if not mask or MASK in head or tail.strip(" .!?\"'") or not head.strip():
+    if not mask or MASK in head or not _closes(tail) or not head.strip():
         return None
     return head.rstrip()
 

@@ -3,10 +3,12 @@
 **Math.** The model's answer is its output with every tool call removed and
 cut before an unclosed call (``[QA(…`` that never closed: counted as a
 malformed call), then cut at the first line break and at the end of the first
-sentence that holds a number. In that answer the prediction is the first
-number after ``=`` when there is one, else the first number. A number may be
-written with thousands separators, a Unicode minus, as a fraction (``5/2``,
-``-(1/3)``) or a mixed number (``2 1/2``). A gold answer with several numbers
+sentence that holds a number (the period of an abbreviation such as
+``p.m.``, ``U.S.`` or ``Mr.`` ends no sentence). In that answer the
+prediction is the first number after ``=`` when there is one (after the last
+``=`` of a chained equation, ``x = 7 + 55 = 62``), else the first number. A
+number may be written with thousands separators, a Unicode minus, as a
+fraction (``5/2``, ``-(1/3)``) or a mixed number (``2 1/2``, ``-4 1/2``). A gold answer with several numbers
 (a ratio ``5:45``, a time ``3:30 p.m.``, a list ``5; 15; 20``) needs each of
 them, in order. Prediction and gold are compared after rounding both half up
 to ``decimals`` places (2 by default), so 0.625 matches 0.63.
@@ -16,7 +18,9 @@ aliases appears, as whole words, in the first ``max_words`` words of the
 model's answer (20; 5 for LAMA). Normalising lowercases, folds accents
 (Zakāt → zakat), drops thousands separators (24,900 → 24900), turns
 punctuation into spaces except a hyphen inside a word (so
-"semi-presidential" does not contain "presidential") and drops the articles.
+"semi-presidential" does not contain "presidential") and drops the articles;
+capital initials match with or without their periods (``C.F.`` and ``CF``),
+and a gold answer of symbols only (``£``) is looked for as written.
 """
 
 from __future__ import annotations
@@ -34,12 +38,17 @@ _MINUS = str.maketrans({"\u2212": "-", "\ufe63": "-", "\uff0d": "-"})
 # word start (10-2 is two numbers).
 _NUM = r"(?:\d{1,3}(?:,\d{3})+(?![\d,])|\d+)(?:\.\d+)?|\.\d+"
 _VALUE = re.compile(
-    rf"(?<![\w.,])(?P<mixed>\d+)\s+(?P<mn>\d+)\s*/\s*(?P<md>\d+)(?![\d/])"  # 2 1/2
+    rf"(?<![\w.,])(?P<msign>-)?(?P<mixed>\d+)\s+(?P<mn>\d+)\s*/\s*(?P<md>\d+)(?![\d/])"  # 2 1/2, -4 1/2
     rf"|(?<![\w.,])(?P<neg>-)?\s*\(\s*(?P<pn>{_NUM})\s*/\s*(?P<pd>{_NUM})\s*\)"  # -(1/3), (1/3)
     rf"|(?<![\w.,/])(?P<sign>-)?(?P<n>{_NUM})(?:\s*/\s*(?P<d>{_NUM})(?![\d/]))?"  # 5, -6, 5/2
 )
 _UNIT = re.compile(r"\s*\([^()]*[^\W\d_][^()]*\)")  # "(apples)": a bracket with a letter in it
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+# A period that ends an abbreviation, not a sentence: initials (a.m., p.m., e.g., U.S.) and titles (Mr., St.).
+_ABBREVIATION = re.compile(r"(?<![\w.])(?:[^\W\d_]\.){2,}$|(?<![\w.])(?:Mrs?|Ms|Dr|St|Jr|Sr|Prof|vs)\.$")
+# A link of a chained equation (x = 7 + 55 = 62): an operator, and no list separator (; or ", ").
+_CHAIN_OPERATOR = re.compile(r"[-+*/\u00d7\u00f7\u00b7^]|\sx\s")
+_CHAIN_BREAK = re.compile(r";|,\s")
 _CALL_START = r"\s*[A-Za-z_][A-Za-z0-9_]*\s*\("
 
 
@@ -53,7 +62,8 @@ def numbers(text: str) -> list[Fraction]:
     for m in _VALUE.finditer(text.translate(_MINUS)):
         if m["mixed"] is not None:
             whole, part = Fraction(m["mixed"]), Fraction(int(m["mn"]), int(m["md"]) or 1)
-            out.append(whole + part if int(m["md"]) else whole)
+            value = whole + part if int(m["md"]) else whole
+            out.append(-value if m["msign"] else value)
         elif m["pn"] is not None:
             den = _fraction(m["pd"])
             value = _fraction(m["pn"]) / den if den else _fraction(m["pn"])
@@ -96,18 +106,40 @@ def answer_span(text: str) -> str:
     line = text.lstrip().split("\n", 1)[0]
     start = 0
     for m in _SENTENCE_END.finditer(line):
+        if _ABBREVIATION.search(line[: m.end()]):
+            continue
         if numbers(line[start : m.start()]):
             return line[: m.start()]
         start = m.end()
     return line
 
 
+def chain_end(span: str) -> int:
+    """The position of the ``=`` a chained equation starting at the first ``=``
+    ends with (``x = 7 + 55 = 62``: the second), or -1 when there is none. A
+    link between two ``=`` must hold a number and an operator and no ``;`` or
+    ``, `` (so ``x = 5, y = 3`` ends at its first ``=``)."""
+    signs = [i for i, c in enumerate(span) if c == "="]
+    if not signs:
+        return -1
+    end = signs[0]
+    for nxt in signs[1:]:
+        link = span[end + 1 : nxt]
+        if not numbers(link) or not _CHAIN_OPERATOR.search(link) or _CHAIN_BREAK.search(link):
+            break
+        end = nxt
+    return end
+
+
 def read_prediction(text: str, parts: int = 1) -> list[Fraction] | None:
-    """The first ``parts`` numbers of the answer span (after its first ``=`` when
-    a number follows it); None when it has fewer."""
+    """The first ``parts`` numbers of the answer span after the ``=`` its
+    first (chained) equation ends with, else after its first ``=``, else
+    anywhere in it; None when it has fewer."""
     span = answer_span(text)
-    eq = span.find("=")
-    found = numbers(span[eq + 1 :]) if eq != -1 else []
+    found: list[Fraction] = []
+    for eq in dict.fromkeys((chain_end(span), span.find("="))):
+        if eq != -1 and len(found) < parts:
+            found = numbers(span[eq + 1 :])
     if len(found) < parts:
         found = numbers(span)
     return found[:parts] if len(found) >= parts else None
@@ -149,24 +181,44 @@ def extract_number(text: str) -> float | None:
 # -- QA ----------------------------------------------------------------------
 _ARTICLES = {"a", "an", "the"}
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_INITIALS = re.compile(r"(?<![\w.])[^\W\d_](?:\.[^\W\d_])+\.?(?!\w)")  # C.F., U.S.A., e.g.
 _WORD = re.compile(r"[^\W_]+(?:[-‐‑][^\W_]+)*")  # letters/digits, hyphen-joined parts kept together
 
 
-def normalize_answer(text: str) -> str:
-    """Lowercase, accents folded, thousands separators dropped, punctuation
-    (but a hyphen inside a word) as spaces, articles dropped."""
+def normalize_answer(text: str, join_initials: bool = True) -> str:
+    """Lowercase, accents folded, capital initials joined (``C.F.`` → ``cf``,
+    ``U.S.A.`` → ``usa``; not with ``join_initials=False``), thousands
+    separators dropped, punctuation (but a hyphen inside a word) as spaces,
+    articles dropped. A text of symbols only (``£``, ``%``) is kept as written,
+    without spaces, so that it can still be matched."""
     text = "".join(c for c in unicodedata.normalize("NFKD", str(text)) if not unicodedata.combining(c))
+    if join_initials:
+        text = _INITIALS.sub(lambda m: m[0].replace(".", "") if m[0].isupper() else m[0], text)
     text = _THOUSANDS.sub("", text.lower())
     words = (w.replace("‐", "-").replace("‑", "-") for w in _WORD.findall(text))
-    return " ".join(w for w in words if w not in _ARTICLES)
+    out = " ".join(w for w in words if w not in _ARTICLES)
+    if not out and not any(c.isalnum() for c in text):
+        return "".join(text.split())
+    return out
+
+
+def _answer_forms(text: str) -> set[str]:
+    """The normalised forms a QA text is compared in: initials joined and not
+    (so that ``J.R.R.`` still matches ``J. R. R.``)."""
+    return {normalize_answer(text), normalize_answer(text, join_initials=False)} - {""}
 
 
 def qa_score(output: str, answers: list[str], max_words: int = 20) -> tuple[str, bool]:
     """(prediction, correct): the first ``max_words`` words of ``output``, and
-    whether a normalised answer appears in them as whole words."""
+    whether a normalised answer appears in them as whole words (an answer of
+    symbols only, such as ``£``, anywhere in them)."""
     head = " ".join(output.split()[:max_words])
-    hay = f" {normalize_answer(head)} "
-    correct = any(a and f" {a} " in hay for a in (normalize_answer(x) for x in answers))
+    hays = [f" {h} " for h in _answer_forms(head)]
+    raw = "".join(unicodedata.normalize("NFKD", head).split())
+    correct = any(
+        any(f" {a} " in hay for hay in hays) if any(c.isalnum() for c in a) else a in raw
+        for x in answers for a in _answer_forms(x)
+    )
     return head, correct
 
 
