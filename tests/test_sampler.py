@@ -144,8 +144,8 @@ def test_sampling_from_the_masked_document_cache_equals_decoding_from_the_cut_pr
     sampler = Sampler(model, tok, PLAIN, prompt, [tok.bos_token_id])
     docs = _docs(tok, ["The farm sold 340 eggs and 275 more, 615 in all.", "Short one, 12 and 7."])
     plans = [[(0, 1), (3, 2), (9, 1)], [(2, 1), (5, 1)]]
-    rows = sampler._rows(docs)
-    got = sampler._sample_docs(rows, plans, [tt.ids for _, tt in docs], 6, 1e-6, torch.Generator().manual_seed(0))
+    rows = sampler.prompt_rows(docs)
+    got = sampler.sample_rows(rows, plans, [tt.ids for _, tt in docs], 6, 1e-6, torch.Generator().manual_seed(0))
     for (text, tt), plan, samples in zip(docs, plans, got):
         for i, tokens in samples:
             seq = list(sampler.parts.preamble_ids)  # [BOS] + the prompt's preamble ([BOS] alone without one)
@@ -176,13 +176,13 @@ def test_a_documents_samples_are_split_to_fit_the_token_budget(model_tok, monkey
     docs = _docs(tok, ["Sold 2 and 3, 5 in all.", "The farm sold 340 eggs and 275 more, 615 in all."])
     plans = [[(1, 3), (4, 5)], [(0, 2), (6, 4), (9, 1)]]
     batches = []
-    real = sampler._sample_docs
+    real = sampler.sample_rows
 
     def spy(rows, pieces, *args):
         batches.append([(len(r) + 12, sum(m for _, m in p)) for (r, _), p in zip(rows, pieces)])
         return real(rows, pieces, *args)
 
-    monkeypatch.setattr(sampler, "_sample_docs", spy)
+    monkeypatch.setattr(sampler, "sample_rows", spy)
     for budget in (10**6, 150, 1):
         batches.clear()
         out = sampler.sample_any(docs, plans, 12, 1.0, {"Calculator"}, torch.Generator().manual_seed(0), budget)

@@ -181,7 +181,7 @@ def sample_view(cfg: PipelineConfig, scan: Scan, tool: str, view: ToolView, samp
     for group in _sample_groups(cfg, scan, sampler, picked, m):
         docs = [(scan.windows[j]["text"], scan.tokenized[j]) for j, _ in group]
         # The sampler's own generation; sample_any would drop the samples that do not parse, which are counted here.
-        drawn = sampler._sample_docs(sampler._rows(docs), [[(i, m) for i in ps] for _, ps in group],
+        drawn = sampler.sample_rows(sampler.prompt_rows(docs), [[(i, m) for i in ps] for _, ps in group],
                                      [scan.tokenized[j].ids for j, _ in group], cfg.sample.max_new_tokens,
                                      cfg.sample.temperature, gen)
         for (j, _), samples in zip(group, drawn):
@@ -202,7 +202,7 @@ def _sample_groups(cfg: PipelineConfig, scan: Scan, sampler, picked: list[tuple[
     groups: list[list[tuple[int, list[int]]]] = []
     used = 0
     for j, positions in picked:
-        row = len(sampler._rows([(scan.windows[j]["text"], scan.tokenized[j])])[0][0])
+        row = len(sampler.prompt_rows([(scan.windows[j]["text"], scan.tokenized[j])])[0][0])
         cost = len(positions) * m * (row + cfg.sample.max_new_tokens)
         if not groups or used + cost > cfg.sample.batch_tokens:
             groups.append([])

@@ -156,6 +156,8 @@ class SampleConfig:
 
 
 SAMPLE_PROMPTS = ("few-shot", "none")
+LOOKAHEAD_MODES = ("drop", "flag", "off")
+"""filter.lookahead: a candidate that reads ahead is not kept (drop), kept and marked (flag) or not checked (off)."""
 
 
 @dataclass
@@ -195,8 +197,8 @@ class FilterConfig:
         "skip_blank": "removed in 0.2.0: it kept the same calls (docs/lab-notes.md); delete the key"}
 
     def validate(self) -> None:
-        if self.lookahead not in ("drop", "flag", "off"):
-            raise ValueError(f"lookahead: {self.lookahead!r} is not one of drop, flag, off")
+        if self.lookahead not in LOOKAHEAD_MODES:
+            raise ValueError(f"lookahead: {self.lookahead!r} is not one of {', '.join(LOOKAHEAD_MODES)}")
         at_least(self, 1, "horizon", "batch_tokens")
 
 

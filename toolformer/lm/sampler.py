@@ -126,7 +126,7 @@ class Sampler:
                                         if self.free else set())
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
 
-    def _rows(self, docs: list[tuple[str, TokenizedText]]) -> list[tuple[list[int], int]]:
+    def prompt_rows(self, docs: list[tuple[str, TokenizedText]]) -> list[tuple[list[int], int]]:
         """(row ids after the preamble, index where x_1 starts) for each document."""
         rows = []
         for text, tt in docs:
@@ -138,7 +138,7 @@ class Sampler:
     @torch.no_grad()
     def score_positions(self, docs: list[tuple[str, TokenizedText]], batch_tokens: int) -> list[list[float]]:
         """p_i for every position of every document: one forward per document."""
-        rows = self._rows(docs)
+        rows = self.prompt_rows(docs)
         out: list[list[float]] = [[] for _ in docs]
         start_ids = torch.tensor(self.start_ids, device=self.device)
         for group in batches_by_budget([len(r) for r, _ in rows], batch_tokens):
@@ -168,7 +168,7 @@ class Sampler:
                    batch_tokens: int) -> list[list[tuple[int, str, str]]]:
         """For each (position, m) of each document, m samples from the call-start token on; returns, per
         document, the distinct closed calls of a tool in ``tools`` as (position, tool, input)."""
-        rows = self._rows(docs)
+        rows = self.prompt_rows(docs)
         pieces = []  # (doc index, [(position, samples)]): a document's samples, split to fit the token budget
         for k, pos_list in enumerate(positions):
             cap = max(1, batch_tokens // (len(rows[k][0]) + max_new_tokens))
@@ -188,7 +188,7 @@ class Sampler:
         lengths = [len(rows[k][0]) + max_new_tokens for k, _ in pieces]
         for group in batches_by_budget(lengths, batch_tokens, [sum(m for _, m in plan) for _, plan in pieces]):
             ks = [pieces[g][0] for g in group]
-            sampled = self._sample_docs([rows[k] for k in ks], [pieces[g][1] for g in group],
+            sampled = self.sample_rows([rows[k] for k in ks], [pieces[g][1] for g in group],
                                         [docs[k][1].ids for k in ks], max_new_tokens, temperature, generator)
             for k, samples in zip(ks, sampled):
                 for i, tokens in samples:
@@ -219,9 +219,9 @@ class Sampler:
         past = torch.ones((batch, self.prefix.length), dtype=torch.long, device=self.device)
         return self.prefix.expand(batch), past, torch.full((batch,), self.prefix.length, device=self.device)
 
-    def _sample_docs(self, rows: list[tuple[list[int], int]], plans: list[list[tuple[int, int]]],
-                     text_ids: list[list[int]], max_new_tokens: int, temperature: float,
-                     generator: torch.Generator) -> list[list[tuple[int, list[int]]]]:
+    def sample_rows(self, rows: list[tuple[list[int], int]], plans: list[list[tuple[int, int]]],
+                    text_ids: list[list[int]], max_new_tokens: int, temperature: float,
+                    generator: torch.Generator) -> list[list[tuple[int, list[int]]]]:
         """m samples after the call-start token at each (i, m) of ``plans``, per document row: each document
         runs once; its key/value cache is copied per sample and masked after x_{i-1} (the same as the prefix
         alone), and a sample leaves the batch when it stops. Returns (i, sampled tokens) per sample."""

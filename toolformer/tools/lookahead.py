@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import re
 
-LOOKAHEAD_MODES = ("drop", "flag", "off")
-"""``drop``: such a candidate is not kept; ``flag``: kept and marked; ``off``: not checked."""
-
 _NUMBER = re.compile(r"(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?")  # ends with a digit: `3,361,` is 3361
 _WORD = re.compile(r"[^\W\d_][\w'’-]*")
 
