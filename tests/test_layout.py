@@ -11,8 +11,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent / "toolformer"
 LAYERS = [("version",), ("config",), ("run",), ("tools",), ("lm",), ("api",), ("records", "corpus", "windows", "tasks"),
           ("inspect",), ("stages",), ("pipeline",), ("smallworld",),
-          ("bench", "bench_decoding", "gpucheck", "mcpserve", "interact", "preflight", "preflight_tokens",
-           "preflight_sampler", "preflight_work", "preflight_text"), ("cli", "cli_parser")]
+          ("bench", "bench_decoding", "bench_contention", "gpucheck", "mcpserve", "interact", "preflight",
+           "preflight_tokens", "preflight_sampler", "preflight_work", "preflight_text", "lmeval"),
+          ("cli", "cli_parser")]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 IMPORT = re.compile(r"^\s*(?:from|import) toolformer\.([a-z_]+)", re.M)
 

@@ -116,6 +116,10 @@ def cmd_chat(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    if "--contention" in args.args:
+        from toolformer.bench_contention import main as contention_main
+
+        return contention_main([a for a in args.args if a != "--contention"])
     from toolformer.bench import main as bench_main
 
     return bench_main(args.args)
@@ -183,6 +187,8 @@ def cmd_mcp_serve(args) -> int:
 def cmd_tasks(args) -> int:
     from toolformer.tasks.score import check_report
 
+    if args.tasks_command == "lmeval":
+        return cmd_tasks_lmeval(args)
     report = check_report(Path(args.file), args.format)
     if args.json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
@@ -197,6 +203,26 @@ def cmd_tasks(args) -> int:
         first = report["first_item"]
         print(f"  first item: id {first['id']}: {first['question'][:120]!r} -> {first['answers'][:3]}")
     return 0
+
+
+def cmd_tasks_lmeval(args) -> int:
+    """``tasks lmeval FILE --name NAME --out DIR``: an lm-evaluation-harness task of a task file."""
+    from toolformer.tasks.lmeval import write_task
+
+    done = write_task(args.file, args.out, args.name, args.format, args.kind, args.prompt, args.max_words,
+                      args.decimals, args.max_items, args.max_new_tokens, args.call_style)
+    dropped = f", {done['not_numbers']:,} without a number left out" if done["not_numbers"] else ""
+    print(f"tasks lmeval: {done['task']}: {done['items']:,} items ({done['format']}, {done['kind']}; "
+          f"{done['skipped']:,} records skipped{dropped}) in {done['folder']}; run: toolformer lm-eval run --model "
+          f"toolformer --model_args pretrained=MODEL --tasks {done['task']} --include_path {done['folder']}")
+    return 0
+
+
+def cmd_lm_eval(args) -> int:
+    """``lm-eval ARGS``: lm-evaluation-harness's own command line, with the model ``toolformer`` registered."""
+    from toolformer.lmeval import run_cli
+
+    return run_cli(args.args)
 
 
 def cmd_score(args) -> int:
@@ -263,7 +289,7 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "chat": cmd_chat,
                   "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "demo": cmd_demo,
                   "world": cmd_world, "tasks": cmd_tasks, "score": cmd_score, "tools": cmd_tools,
-                  "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight}
+                  "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight, "lm-eval": cmd_lm_eval}
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).
 def _stage_command(stage: str) -> Callable[[PipelineConfig, bool], object]:
     """The command of one stage: :func:`~toolformer.stages.run_stage` of ``stage``."""
@@ -310,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"toolformer: `toolformer {argv[0]}` is now `toolformer {MOVED_COMMANDS[argv[0]]}` (same options)",
               file=sys.stderr)
         return 2
-    args, extra = parser.parse_known_args(argv)
+    passed_on = argv[:1] in (["lm-eval"], ["bench"])
+    args, extra = parser.parse_known_args(argv[:1] if passed_on else argv)
+    if passed_on:  # every argument after it is lm-eval's (the benchmark's) own, passed on as given
+        args.args, extra = argv[1:], []
     # `inspect RUN --tool X key=value`: overrides after options arrive as extras.
     if extra:
         if not hasattr(args, "overrides") or any("=" not in e or e.startswith("-") for e in extra):

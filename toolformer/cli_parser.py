@@ -178,6 +178,10 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("file", help="task file (ASDiv.xml, SVAMP.json, MAWPS, WebQuestions, TriviaQA, LAMA)")
     c.add_argument("--format", default="auto", help="auto (from the file) or a format name")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+    _add_lmeval_task_command(tasks_sub)
+    p = sub.add_parser("lm-eval", help="lm-evaluation-harness's command line with the model `toolformer` "
+                                       "(toolformer.lmeval): every argument is lm-eval's", add_help=False)
+    p.add_argument("args", nargs=argparse.REMAINDER, help="lm-eval's arguments, e.g. run --model toolformer ...")
 
     p = sub.add_parser("score", help="score any system's outputs on a task file with the paper's metrics")
     p.add_argument("file", help="task file")
@@ -189,6 +193,22 @@ def _add_task_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--call-style", default="plain", help="call syntax removed from outputs (plain, special, ...)")
     p.add_argument("--out", help="per-item results (default: PREDICTIONS with .scores.jsonl)")
     p.add_argument("--json", action="store_true", help="print the counts as JSON")
+
+
+def _add_lmeval_task_command(tasks_sub: argparse._SubParsersAction) -> None:
+    """``tasks lmeval``: a task file as an lm-evaluation-harness task (toolformer.tasks.lmeval)."""
+    c = tasks_sub.add_parser("lmeval", help="write an lm-eval task (NAME.yaml, NAME.jsonl, utils.py) of a task file")
+    c.add_argument("file", help="task file (ASDiv.xml, SVAMP.json, MAWPS, WebQuestions, TriviaQA, LAMA)")
+    c.add_argument("--name", required=True, help="the task's name in lm-eval (--tasks NAME)")
+    c.add_argument("--out", required=True, help="folder to write into (lm-eval's --include_path)")
+    c.add_argument("--format", default="auto", help="auto (from the file) or a format name")
+    c.add_argument("--kind", choices=("math", "qa", "lama"), help="metric (default: by format)")
+    c.add_argument("--prompt", help="template with {question} (default: the project's for the kind)")
+    c.add_argument("--max-words", type=int, default=0, help="qa: words searched (0: the paper's 20, 5 for lama)")
+    c.add_argument("--decimals", type=int, default=2, help="math: decimals compared, rounded half up")
+    c.add_argument("--max-items", type=int, default=0, help="the first this many items (0: all)")
+    c.add_argument("--max-new-tokens", type=int, default=0, help="the task's max_gen_toks (0: the model's default)")
+    c.add_argument("--call-style", default="plain", help="call syntax removed from outputs (the model's)")
 
 
 def _add_preflight_command(sub: argparse._SubParsersAction) -> None:
