@@ -10,6 +10,9 @@ not depend on the weights):
   forward, the whole text, no sharing (timed on a subset, per candidate);
 * sample — position scoring + call sampling, with and without reuse of the
   prompt's key/value cache;
+* ``toolformer bench --contention``: each stage's work idle and beside a
+  competing process, with the thread count following the load or fixed
+  (:mod:`toolformer.bench_contention`);
 * ``--constrained`` instead: the time constrained decoding spends masking
   (cold: each automaton state's token mask computed; warm: kept), for BPE
   vocabularies of ~1k and ~32k tokens; with ``--run-config``, generation

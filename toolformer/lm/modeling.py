@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 
 import torch
@@ -26,15 +25,12 @@ def resolve_dtype(name: str, device: torch.device) -> torch.dtype:
     return DTYPES[name]
 
 
-def set_threads(threads: int = 0) -> None:
-    """Use one torch thread per core unless told otherwise; the processes of a
-    launch on one machine share its cores."""
-    if not threads:
-        from toolformer.run.parallel import ranks
+def set_threads(threads: int = 0, share: int = 0) -> int:
+    """torch's CPU threads: ``threads`` when set, else one per usable core (split among the ``share`` processes
+    of a launch on this machine) that follows the load (:mod:`toolformer.lm.threads`)."""
+    from toolformer.lm.threads import set_threads as _set
 
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        threads = cores // ranks().local_world
-    torch.set_num_threads(max(1, threads))
+    return _set(threads, share)
 
 
 def _check_local(path: str, what: str) -> None:
@@ -88,6 +84,10 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
     # Module.to), which mypy reads as an unbound function.
     if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
         model.resize_token_embeddings(len(tokenizer))  # call tokens were added
+    if device.type == "cpu":
+        from toolformer.lm.threads import follow_load
+
+        follow_load(model)
     return model.to(device).eval()  # type: ignore[arg-type]
 
 

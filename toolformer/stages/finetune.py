@@ -23,7 +23,6 @@ fine-tune reads) is refused before anything is written.
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 from dataclasses import asdict
 from pathlib import Path
@@ -149,9 +148,8 @@ def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     from toolformer.tools.calls import get_style
 
     if state.device.type == "cpu":
-        # Several processes on one machine share its cores.
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        set_threads(cfg.model.threads or max(1, cores // state.num_processes))
+        # Several processes on one machine share its cores; one alone follows the load.
+        set_threads(cfg.model.threads, share=state.num_processes)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, get_style(cfg.calls.style))
     # Loaded in float32 on the CPU; the training loop moves it to this process's device.
     model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
