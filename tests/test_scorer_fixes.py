@@ -23,6 +23,20 @@ def test_chained_equation_read_at_its_end(output, gold):
     assert math_score(output, gold)[1]
 
 
+@pytest.mark.parametrize("output, gold", [
+    ("The answer is 1800 + 192, which is 1992.", "1992"),  # an equals sign in words after an operation
+    ("12 + 30 makes 42 apples", "42"),
+    ("2 + 3 + 4, which is 9", "9"),
+    ("1,200 * 3 equals 3,600", "3600"),
+    ("10.5 / 2 is 5.25", "5.25"),
+    ("The answer is 12, which is 3 more than 9.", "12"),  # no operation before it: the first number
+    ("She had 5 apples, which is 2 more than Tom.", "5"),
+    ("The season 2020 - 2021, which is over", "2020"),  # no number after it
+])
+def test_worded_equals_after_an_operation(output, gold):
+    assert math_score(output, gold)[1]
+
+
 def test_chained_equation_wrong_end_is_wrong():
     assert math_score("x = 7 + 55 = 62 peanuts", "7") == (62.0, False)
 

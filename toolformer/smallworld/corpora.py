@@ -143,7 +143,7 @@ class Writer(CopyingDocs):
                             list(sp.train_units), list(sp.train_names), self.separators)
 
     def twostep_doc(self) -> tuple[str, list[dict]]:
-        """A two-step problem with its worked answer (``The answer is c1 + d = c.``), maybe a filler sentence;
+        """A two-step problem with its worked answer (``The answer is c1 + d, which is c.``), maybe a filler sentence;
         gold calls: ``a op b`` before ``c1``, then ``c1 op d`` before ``c``: the second call's input holds the
         first call's result."""
         item = self.twostep()

@@ -123,6 +123,7 @@ def copy_probe(model, tokenizer, items: list[dict], separator: str = "\n", horiz
         "helps_0.5": sum(r[0] - r[2] >= 0.5 for r in rows) / n,
         "kept_tau_0.5": sum(min(r[0], r[1]) - r[2] >= 0.5 for r in rows) / n,
         "wrong_kept_tau_0.5": sum(min(r[0], r[1]) - r[3] >= 0.5 for r in rows) / n,
+        "kept_tau_1.0": sum(min(r[0], r[1]) - r[2] >= 1.0 for r in rows) / n,
     }
 
 

@@ -1,8 +1,8 @@
 """Two-step word problems (chained calls): the second operation works on the first one's result.
 
 A :class:`TwoStepForm` states ``a``, ``b`` and ``d`` and asks for ``c = (a first b) second d``; its worked
-answer is ``The answer is c1 second d = c.``, with a call before ``c1`` and one before ``c`` whose input holds
-``c1``. :data:`TWOSTEP_FORMS` write the ``math_twostep`` set and the annotation corpus's two-step documents,
+answer is ``The answer is c1 second d, which is c.``, with a call before ``c1`` and one before ``c`` whose
+input holds ``c1``. :data:`TWOSTEP_FORMS` write the ``math_twostep`` set and the annotation corpus's two-step documents,
 all in training words (:mod:`toolformer.smallworld.arithmetic` has the one-step forms).
 """
 
@@ -104,10 +104,12 @@ class TwoStepItem:
         return self.form.question.format(**self.slots)
 
     def problem(self) -> tuple[str, int, int]:
-        """The problem and its worked answer, ``The answer is c1 second d = c.``, with the offsets of ``c1`` and
-        ``c`` (where the two calls go)."""
+        """The problem and its worked answer, ``The answer is c1 second d, which is c.``, with the offsets of
+        ``c1`` and ``c`` (where the two calls go)."""
         head = f"{self.prompt()} The answer is "
-        middle = f"{self.c1} {self.form.second} {self.d} = "
+        # ", which is", not "=": the base model copies an earlier result after "which is" and not after "=", so
+        # the filter keeps the second call only there (python -m toolformer.smallworld.lab.chain_probe).
+        middle = f"{self.c1} {self.form.second} {self.d}, which is "
         return f"{head}{middle}{self.c}.", len(head), len(head) + len(middle)
 
     def numbers(self) -> list[tuple[str, str]]:

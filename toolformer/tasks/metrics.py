@@ -6,7 +6,9 @@ malformed call), then cut at the first line break and at the end of the first
 sentence that holds a number (the period of an abbreviation such as
 ``p.m.``, ``U.S.`` or ``Mr.`` ends no sentence). In that answer the
 prediction is the first number after ``=`` when there is one (after the last
-``=`` of a chained equation, ``x = 7 + 55 = 62``), else the first number. A
+``=`` of a chained equation, ``x = 7 + 55 = 62``), else the first number; an
+equals sign in words after a sum (``1800 + 192, which is 1992``; also
+``makes``, ``gives``, ``equals``, ``is``) counts as ``=``. A
 number may be written with thousands separators, a Unicode minus, as a
 fraction (``5/2``, ``-(1/3)``) or a mixed number (``2 1/2``, ``-4 1/2``). A gold answer with several numbers
 (a ratio ``5:45``, a time ``3:30 p.m.``, a list ``5; 15; 20``) needs each of
@@ -49,6 +51,10 @@ _ABBREVIATION = re.compile(r"(?<![\w.])(?:[^\W\d_]\.){2,}$|(?<![\w.])(?:Mrs?|Ms|
 # A link of a chained equation (x = 7 + 55 = 62): an operator, and no list separator (; or ", ").
 _CHAIN_OPERATOR = re.compile(r"[-+*/\u00d7\u00f7\u00b7^]|\sx\s")
 _CHAIN_BREAK = re.compile(r";|,\s")
+# An equals sign in words after an operation of two numbers: "1800 + 192, which is 1992" reads as "... = 1992".
+_WORDED_EQUALS = re.compile(
+    r"(?P<op>\d\s*(?:[-+*/\u00d7\u00f7\u00b7^]|\sx\s)\s*[-\u2212]?[$\u00a3\u20ac]?\d[\d,.]*?)"
+    r"\s*,?\s+(?:which (?:is|makes|gives|equals)|that is|equals|makes|gives|is)\s+(?=[-\u2212]?[$\u00a3\u20ac]?\.?\d)")
 _CALL_START = r"\s*[A-Za-z_][A-Za-z0-9_]*\s*\("
 
 
@@ -135,7 +141,7 @@ def read_prediction(text: str, parts: int = 1) -> list[Fraction] | None:
     """The first ``parts`` numbers of the answer span after the ``=`` its
     first (chained) equation ends with, else after its first ``=``, else
     anywhere in it; None when it has fewer."""
-    span = answer_span(text)
+    span = _WORDED_EQUALS.sub(lambda m: m["op"] + " = ", answer_span(text))
     found: list[Fraction] = []
     for eq in dict.fromkeys((chain_end(span), span.find("="))):
         if eq != -1 and len(found) < parts:

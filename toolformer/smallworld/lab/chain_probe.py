@@ -13,18 +13,23 @@ from __future__ import annotations
 import argparse
 import random
 
+
+def _second(joiner: str, inline: bool):
+    """The second step's probe: the worked answer up to ``joiner``, the first call inline or not."""
+    return (lambda it, call: f"{it.prompt()} The answer is {call + ' ' if inline else ''}{it.c1} {it.form.second} "
+                             f"{it.d}{joiner}", lambda it: f"{it.c}.", 1)
+
+
 PHRASINGS = {
     # name: (text before the answer, the answer and after, which step is probed)
     "first step, after 'The answer is'": (lambda it, call: f"{it.prompt()} The answer is ",
-                                          lambda it: f"{it.c1} {it.form.second} {it.d} = {it.c}.", 0),
-    "second step, after '= ' (the world's worked answer)": (
-        lambda it, call: f"{it.prompt()} The answer is {it.c1} {it.form.second} {it.d} = ", lambda it: f"{it.c}.", 1),
-    "second step, after '= ', first call inline (a chain round)": (
-        lambda it, call: f"{it.prompt()} The answer is {call} {it.c1} {it.form.second} {it.d} = ",
-        lambda it: f"{it.c}.", 1),
-    "second step, after ', which is '": (
-        lambda it, call: f"{it.prompt()} The answer is {it.c1} {it.form.second} {it.d}, which is ",
-        lambda it: f"{it.c}.", 1),
+                                          lambda it: f"{it.c1} {it.form.second} {it.d}, which is {it.c}.", 0),
+    "second step, after '= '": _second(" = ", False),
+    "second step, after '= ', first call inline (a chain round)": _second(" = ", True),
+    "second step, after ', which is ' (the world's worked answer)": _second(", which is ", False),
+    "second step, after ', which is ', first call inline (a chain round)": _second(", which is ", True),
+    "second step, after ' makes ', first call inline": _second(" makes ", True),
+    "second step, after '. So the answer is ', first call inline": _second(". So the answer is ", True),
 }
 
 
@@ -67,7 +72,7 @@ def main() -> None:
                          "input": it.calls[step], "result": result, "wrong": str(int(result) + 1)})
         r = copy_probe(model, tok, rows)
         print(f"{name}: {r['loss_none']:.2f} / {r['loss_correct']:.2f}; kept {100 * r['kept_tau_0.5']:.0f} % "
-              f"of {r['items']}")
+              f"at 0.5, {100 * r['kept_tau_1.0']:.0f} % at 1.0, of {r['items']}")
 
 
 if __name__ == "__main__":
