@@ -117,6 +117,43 @@ def test_evaluate_row_with_its_own_max_calls(tmp_path, tiny_model_dir, monkeypat
     assert "(`toolformer_2calls`)" in md and "at most 2 call(s) per item" in md
 
 
+def test_evaluate_row_with_its_own_trigger(tmp_path, tiny_model_dir, monkeypatch, tok):
+    """An extra row with ``top_k_trigger`` decodes with it, the other rows with evaluate.top_k_trigger; results.json
+    and results.md record it, and the row is a decoding variant (no perplexity of its own)."""
+    import shutil
+
+    shutil.copytree(tiny_model_dir, tmp_path / "run" / "model")
+    (tmp_path / "t.json").write_text(json.dumps([{"ID": "t0", "Body": "Jars: 24 * 37.", "Question": "How many?",
+                                                  "Answer": 888}]))
+    (tmp_path / "plain.jsonl").write_text(json.dumps({"text": "Some plain text for the perplexity."}) + "\n")
+    triggers: list[int] = []
+    real = ev_stage.generate_with_tools
+
+    def spy(*args, **kwargs):
+        triggers.append(kwargs["top_k_trigger"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev_stage, "generate_with_tools", spy)
+    cfg = from_dict(PipelineConfig, {
+        "run_dir": str(tmp_path / "run"), "model": {"path": tiny_model_dir, "device": "cpu"},
+        "tools": {"enabled": ["Calculator"]},
+        "evaluate": {"rows": ["toolformer"], "max_new_tokens": 4, "top_k_trigger": 10,
+                     "perplexity_path": str(tmp_path / "plain.jsonl"),
+                     "extra_models": [{"name": "greedy_calls", "path": str(tmp_path / "run" / "model"),
+                                       "tools": True, "top_k_trigger": 1}],
+                     "tasks": [{"name": "t", "path": str(tmp_path / "t.json"), "kind": "math",
+                                "prompt": "{question} The answer is"}]}}, "<test>")
+    rows = ev_stage.run_stage(cfg).output["rows"]
+    assert triggers == [10, 1]
+    assert rows["toolformer"]["top_k_trigger"] == 10 and rows["greedy_calls"]["top_k_trigger"] == 1
+    assert rows["greedy_calls"]["perplexity"] is None
+    md = (tmp_path / "run" / "eval" / "results.md").read_text()
+    assert "(`greedy_calls`)" in md and "call-start token is in the top 1" in md
+    with pytest.raises(ValueError, match="top_k_trigger"):
+        from_dict(PipelineConfig, {"evaluate": {"extra_models": [{"name": "x", "path": "p", "top_k_trigger": -1}]}},
+                  "<test>")
+
+
 def test_inline_calls_and_offsets_back():
     from toolformer.stages.chain import inline, original_offset
 

@@ -64,6 +64,9 @@ class ExtraModel:
     max_calls: int = 0
     """Calls per input for this row; 0 = evaluate.max_calls. A row with its own max_calls is a decoding variant of
     its model (e.g. the tuned model with chained calls): it gets no perplexity, as the toolformer row."""
+    top_k_trigger: int = 0
+    """This row starts a call when the call-start token is among this many most likely tokens; 0 =
+    evaluate.top_k_trigger. Like max_calls, a row with its own makes it a decoding variant."""
 
 
 @dataclass
@@ -122,8 +125,9 @@ class EvaluateConfig:
                 raise ValueError(f"extra_models: name {m.name!r} must be letters, digits, `_`, `-` or `.`")
             if m.name in rows or m.name in EVAL_ROWS:
                 raise ValueError(f"extra_models: row name {m.name!r} is already used")
-            if m.max_calls < 0:
-                raise ValueError(f"extra_models: {m.name}: max_calls {m.max_calls} is negative")
+            if m.max_calls < 0 or m.top_k_trigger < 0:
+                raise ValueError(f"extra_models: {m.name}: max_calls {m.max_calls} and top_k_trigger "
+                                 f"{m.top_k_trigger} may not be negative")
             rows.append(m.name)
 
 

@@ -255,7 +255,8 @@ def _round1(sw: SmallWorldConfig, force: bool, timed: Timed) -> SmallWorldConfig
     chained = chained_row(sw)
     if chained is not None:  # the tuned model again, allowed chained calls: a later call may copy an earlier result
         wcfg.evaluate.extra_models.append(ExtraModel(name=chained, path=str(Path(sw.run_dir) / "model"),
-                                                     tools=True, max_calls=sw.demo.max_calls_row))
+                                                     tools=True, max_calls=sw.demo.max_calls_row,
+                                                     top_k_trigger=sw.demo.max_calls_row_top_k))
     save_resolved_config(wcfg)
     for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
         timed(stage, functools.partial(run_stage, stage, wcfg, force=force))

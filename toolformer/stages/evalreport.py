@@ -37,6 +37,9 @@ def results_markdown(summary: dict) -> str:
         calls = summary["rows"][n].get("max_calls")
         if setup and calls != summary["decoding"]["max_calls"]:
             tools += f"; at most {calls} call(s) per item"
+        top_k = summary["rows"][n].get("top_k_trigger")
+        if setup and top_k and top_k != summary["decoding"]["top_k_trigger"]:
+            tools += f"; a call starts when the call-start token is in the top {top_k}"
         lines.append(f"- {ROW_TITLES.get(n, n)} (`{n}`): `{p}`{tools}")
     lines += [f"- {ROW_TITLES.get(n, n)} (`{n}`): skipped, {why}" for n, why in summary["skipped_rows"].items()]
     lines += ["", "Tasks:", ""]

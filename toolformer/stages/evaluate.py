@@ -70,6 +70,12 @@ class EvalVariant:
     tools: bool
     tuned: bool = False
     max_calls: int = 0  # 0: evaluate.max_calls
+    top_k_trigger: int = 0  # 0: evaluate.top_k_trigger
+
+    @property
+    def variant(self) -> bool:
+        """A decoding variant of its model (its own max_calls or trigger): no perplexity of its own."""
+        return bool(self.max_calls or self.top_k_trigger)
 
 
 def tuned_model_path(cfg: PipelineConfig) -> str:
@@ -84,7 +90,8 @@ def plan_rows(cfg: PipelineConfig) -> tuple[list[EvalVariant], dict[str, str]]:
     builtin = {"base": EvalVariant("base", cfg.model.path, False),
                "toolformer_disabled": EvalVariant("toolformer_disabled", tuned, False, True),
                "toolformer": EvalVariant("toolformer", tuned, True, True)}
-    rows = [builtin[r] for r in ev.rows] + [EvalVariant(m.name, m.path, m.tools, max_calls=m.max_calls)
+    rows = [builtin[r] for r in ev.rows] + [EvalVariant(m.name, m.path, m.tools, max_calls=m.max_calls,
+                                                        top_k_trigger=m.top_k_trigger)
                                             for m in ev.extra_models]
     kept, skipped = [], {}
     for row in rows:
@@ -199,7 +206,7 @@ def evaluate_task(model, tok, row: EvalVariant, tc: TaskConfig, fmt: str, data: 
         idx = order[s : s + ev.batch_size]
         out = generate_with_tools(
             model, tok, [prompts[i] for i in idx], sandbox, style,
-            max_new_tokens=tc.max_new_tokens or ev.max_new_tokens, top_k_trigger=ev.top_k_trigger,
+            max_new_tokens=tc.max_new_tokens or ev.max_new_tokens, top_k_trigger=row.top_k_trigger or ev.top_k_trigger,
             max_calls=row.max_calls or ev.max_calls, disabled=not row.tools,
             dates=[items[i].date for i in idx], tools=set(sandbox.tools) if sandbox else None,
             batch_size=ev.batch_size, window=model_window(model, cfg.model), constrained=ev.constrained,
@@ -348,7 +355,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
             sandbox = sandboxes[key]
         cells = _row_cells(model, tok, row, tasks, sandbox, row_cfg, out_dir)
         ppl: tuple[float | None, int | None, float | None] = (None, None, None)
-        if texts is not None and row.name != "toolformer" and not row.max_calls:  # not a decoding variant
+        if texts is not None and row.name != "toolformer" and not row.variant:  # not a decoding variant
             if row.path not in ppl_by_path:
                 # Every row scored as it decodes with tools disabled: no call can start (the same tokens taken
                 # out for the base and control models, which were never taught to call; none where the
@@ -363,6 +370,7 @@ def evaluate_rows(cfg: PipelineConfig, rows: list[EvalVariant], tasks, texts: li
         results[row.name] = {
             "model": row.path, "tools": row.tools, "tool_setup": setup, "tasks": cells,
             "max_calls": (row.max_calls or cfg.evaluate.max_calls) if row.tools else 0,
+            "top_k_trigger": (row.top_k_trigger or cfg.evaluate.top_k_trigger) if row.tools else 0,
             "arithmetic": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "math"]),
             "qa": _mean([c["accuracy"] for t, c in cells.items() if kinds[t] == "qa"]),
             "perplexity": ppl[2], "perplexity_calls_allowed": ppl[0], "perplexity_tokens": ppl[1],

@@ -2,11 +2,13 @@
 
     python -m toolformer.smallworld.lab.math_errors runs/demo --row toolformer --set math_unseen [--by-form]
 
-Each item of the set counts once: right (the answer); no call; a call whose result is the answer but a wrong
-answer after it; else by its first Calculator call against the numbers the problem states: the problem's two
-numbers with the wrong operation or order, one of them and another number (the same one twice, a miscopied
-one), none of them. One-step problems (two numbers) only. ``--by-form`` adds a line per form of the small
-world's evaluation set (``RUN_DIR/world/eval_<set>.json``, its ``Form`` field), fewest right first.
+Each item of the set counts once: right (the answer); no call; a call opened right after an operator
+(``6080 + [Calculator(…``: the answer then reads as a sum, whatever the call returns); a call whose result is
+the answer but a wrong answer after it; else by its first Calculator call against the numbers the problem
+states: the problem's two numbers with the wrong operation or order, one of them and another number (the same
+one twice, a miscopied one), none of them (the last three are meant for one-step problems). ``--by-form``
+adds a line per form of the small world's evaluation set (``RUN_DIR/world/eval_<set>.json``, its ``Form``
+field), fewest right first.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from pathlib import Path
 
 CALL = re.compile(r"\s*(-?[\d.]+)\s*([-+*/x×])\s*(-?[\d.]+)\s*$")
 NUMBER = re.compile(r"\d[\d,]*")
-KINDS = ("right", "no call", "right call, wrong answer", "operation or order wrong", "one operand wrong",
-         "no operand from the problem")
+KINDS = ("right", "no call", "call after an operator", "right call, wrong answer", "operation or order wrong",
+         "one operand wrong", "no operand from the problem")
+AFTER_OPERATOR = re.compile(r"\d\s*[-+*/x×]\s*\[[A-Za-z_]")  # "6080 + [Calculator(": a call where an operand goes
 
 
 def kind(item: dict) -> str:
@@ -32,6 +35,8 @@ def kind(item: dict) -> str:
     m = CALL.match(calls[0]["input"]) if calls else None
     if m is None:
         return "no call"
+    if AFTER_OPERATOR.search(item.get("output") or ""):
+        return "call after an operator"
     if any(str(c.get("result")) == str(item["gold"]) for c in calls):
         return "right call, wrong answer"
     stated = [n.replace(",", "") for n in NUMBER.findall(item["prompt"])]
