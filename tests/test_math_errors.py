@@ -28,12 +28,14 @@ def test_each_item_counts_once_by_its_first_call(tmp_path):
             item(False, "3471 - 6305", "-2834"),  # both numbers (the separator dropped), wrong operation
             item(False, "6305 + 6305", "12610"),  # one number twice
             item(False, "1791 / 9", "199"),  # none of them
-            item(False, "6305 + 3471", "9776")]  # a right call, then a wrong answer
+            item(False, "6305 + 3471", "9776"),  # a right call, then a wrong answer
+            dict(item(False, "6305 + 3471", "9776"),  # a call opened where an operand goes
+                 output=" 6305 + [Calculator(6305 + 3471) → 9776] 9776.")]
     done = run(tmp_path, rows)
     assert done.returncode == 0, done.stderr
     assert done.stdout == (
-        "toolformer math_unseen: 6 items; right 1, no call 1, right call, wrong answer 1, operation or order wrong 1, "
-        "one operand wrong 1, no operand from the problem 1\n")
+        "toolformer math_unseen: 7 items; right 1, no call 1, call after an operator 1, right call, wrong answer 1, "
+        "operation or order wrong 1, one operand wrong 1, no operand from the problem 1\n")
 
 
 def test_a_broken_line_or_a_missing_file_is_named(tmp_path):
