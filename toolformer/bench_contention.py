@@ -8,7 +8,7 @@ two thread policies:
 * ``follow`` — the default (``model.threads: 0``): one thread per core, lowered
   to the cores other processes leave free (:mod:`toolformer.lm.threads`);
 * ``fixed`` — one thread per core whatever else runs (``model.threads`` set to
-  the core count; the default before 0.3).
+  the core count; the previous default).
 
 Stages: ``finetune`` (training steps: forward, backward and AdamW on the demo's
 batch of 32 rows of 128 tokens), ``filter`` (the filter's batched loss scorer

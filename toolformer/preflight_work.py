@@ -100,7 +100,9 @@ def machine_load() -> dict:
     shared machine's timings are slower than the run's will be on a machine of its own."""
     import os
 
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    from toolformer.lm.threads import usable_cores
+
+    cores = len(usable_cores())
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     return {"cores": cores, "load_1min": None if load is None else round(load, 2)}
 

@@ -13,7 +13,7 @@ TASK_FORMATS = ("asdiv", "svamp", "mawps", "webqs", "webquestions", "triviaqa", 
 """The evaluation formats by name (`toolformer.tasks.FORMATS`; tests/test_layout.py keeps them equal)."""
 
 
-def _safe_name(name: str) -> bool:
+def safe_name(name: str) -> bool:
     """Task and row names name files: letters, digits, `_`, `-`, `.`."""
     return re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None
 
@@ -42,7 +42,7 @@ class TaskConfig:
     def validate(self) -> None:
         if not self.name or not self.path:
             raise ValueError("every task needs a name and a path")
-        if not _safe_name(self.name):
+        if not safe_name(self.name):
             raise ValueError(f"name: {self.name!r} must be letters, digits, `_`, `-` or `.` (it names files)")
         if self.kind not in ("math", "qa"):
             raise ValueError(f"kind: {self.kind!r} is not math or qa")
@@ -121,7 +121,7 @@ class EvaluateConfig:
         for m in self.extra_models:
             if not m.name or not m.path:
                 raise ValueError("extra_models: every model needs a name and a path")
-            if not _safe_name(m.name):
+            if not safe_name(m.name):
                 raise ValueError(f"extra_models: name {m.name!r} must be letters, digits, `_`, `-` or `.`")
             if m.name in rows or m.name in EVAL_ROWS:
                 raise ValueError(f"extra_models: row name {m.name!r} is already used")

@@ -3,9 +3,10 @@
 torch's intra-op threads wait for each other at the end of every operation. When
 another process keeps one of the cores busy, the thread that shares its core
 runs at a fraction of its speed and every other thread waits for it (spinning,
-which takes still more of the core): on 2 cores with one competing process, a
-training step took 3–6× its idle time with 2 threads and 1.2× with 1 thread
-(``toolformer bench --contention`` measures it per stage).
+which takes still more of the core): on 2 cores with one competing process, the
+training steps of the demo's model took 3.2× their idle time with 2 threads and
+1.8× with the count following the load (``toolformer bench --contention``
+measures it per stage).
 
 So with ``model.threads: 0`` (the default) a process that has the machine to
 itself starts with one thread per core it may run on, and :class:`LoadFollower`

@@ -59,6 +59,7 @@ from toolformer.stages.build import best_per_position, check_positions, read_kep
 from toolformer.stages.filter import CandidateScorer, count_record
 from toolformer.stages.sample import annotate_group, check_tools, make_samplers, tool_settings
 from toolformer.tools import build_tools, close_tools
+from toolformer.tools.lookahead import WORD, WORD_EDGE, numbers
 from toolformer.tools.sandbox import build_sandbox
 
 
@@ -82,22 +83,12 @@ def inline(doc: dict, calls: list[dict], separator: str) -> dict:
             "results": results}
 
 
-_NUMBER = re.compile(r"(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?(?!\w|\.\d)")  # whole: not in `18000`
-_WORD = re.compile(r"[^\W\d_][\w'’-]*")
-_EDGE = r"[\w'’-]"  # what may not touch a name on either side
-
-
-def _numbers(text: str) -> set[str]:
-    """The whole numbers of ``text``, thousands separators dropped (`1,800` is 1800; `1800.5` is not 1800)."""
-    return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)}
-
-
 @functools.lru_cache(maxsize=8192)
 def result_parts(result: str) -> tuple[frozenset[str], re.Pattern | None]:
     """What a later input may take from ``result``: its numbers, and a pattern (case-insensitive, whole words) of
     its names: the result itself, each run of capitalised words and each capitalised word (a lone word at a sentence
     start is no name: `The`)."""
-    words = list(_WORD.finditer(result))
+    words = list(WORD.finditer(result))
     names = {result.strip().strip(".,;:!?\"'()")} if words else set()
     caps = [m for m in words if m.group(0)[0].isupper()]
     runs: list[list[re.Match]] = []
@@ -111,15 +102,15 @@ def result_parts(result: str) -> tuple[frozenset[str], re.Pattern | None]:
     names |= {m.group(0) for m in caps if m.start() not in opening}
     names.discard("")
     alts = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-    pattern = re.compile(rf"(?<!{_EDGE})(?:{alts})(?!{_EDGE})", re.IGNORECASE) if alts else None
-    return frozenset(_numbers(result)), pattern
+    pattern = re.compile(rf"(?<!{WORD_EDGE})(?:{alts})(?!{WORD_EDGE})", re.IGNORECASE) if alts else None
+    return frozenset(numbers(result)), pattern
 
 
 def uses_result(call_input: str, result: str) -> bool:
     """Whether ``call_input`` holds a number or a name of ``result`` as a whole token span: result `1800` in
     `1800 + 192`, not in `18000` or `1800.5`; names case-insensitive."""
-    numbers, names = result_parts(result)
-    return bool(numbers & _numbers(call_input)) or (names is not None and names.search(call_input) is not None)
+    result_numbers, names = result_parts(result)
+    return bool(result_numbers & numbers(call_input)) or (names is not None and names.search(call_input) is not None)
 
 
 def chained(doc: dict, char: int, call_input: str) -> bool:

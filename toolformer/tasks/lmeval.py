@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from pathlib import Path
 
+from toolformer.config.evaluation import safe_name
 from toolformer.run.folder import atomic_write_text
 from toolformer.tasks.formats import KINDS, TaskData, TaskFormatError, TaskItem, load_task
 from toolformer.tasks.metrics import default_max_words, gold_numbers
@@ -49,7 +49,7 @@ def load_docs(**kwargs):
 
 
 def _safe_name(name: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name or ""):
+    if not safe_name(name or ""):
         raise ValueError(f"--name {name!r}: use letters, digits, `_`, `-` or `.` (it names the task's files)")
     return name
 

@@ -15,20 +15,22 @@ from __future__ import annotations
 import re
 
 _NUMBER = re.compile(r"(?<![\w.])\d(?:[\d,]*\d)?(?:\.\d+)?")  # ends with a digit: `3,361,` is 3361
-_WORD = re.compile(r"[^\W\d_][\w'’-]*")
+WORD = re.compile(r"[^\W\d_][\w'’-]*")
+WORD_EDGE = r"[\w'’-]"  # what may not touch a whole word on either side
 
 
-def _numbers(text: str) -> set[str]:
+def numbers(text: str) -> set[str]:
+    """The whole numbers of ``text``, thousands separators dropped (`1,800` is 1800; `1800.5` is not 1800)."""
     return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)}
 
 
 def _names(call_input: str) -> list[str]:
     """Capitalised words of ``call_input``."""
-    return [m.group(0) for m in _WORD.finditer(call_input) if m.group(0)[0].isupper()]
+    return [m.group(0) for m in WORD.finditer(call_input) if m.group(0)[0].isupper()]
 
 
 def _says(text: str, word: str) -> bool:
-    return re.search(rf"(?<![\w'’-]){re.escape(word)}(?![\w'’-])", text) is not None
+    return re.search(rf"(?<!{WORD_EDGE}){re.escape(word)}(?!{WORD_EDGE})", text) is not None
 
 
 def reads_ahead(text: str, position: int, call_input: str) -> list[str]:
@@ -36,7 +38,7 @@ def reads_ahead(text: str, position: int, call_input: str) -> list[str]:
     it, in the order the input has them (empty: the call reads nothing ahead)."""
     before, after = text[:position], text[position:]
     ahead: list[str] = []
-    said_before, said_after = _numbers(before), _numbers(after)
+    said_before, said_after = numbers(before), numbers(after)
     for m in _NUMBER.finditer(call_input):
         n = m.group(0).replace(",", "")
         if n not in said_before and n in said_after and n not in ahead:
