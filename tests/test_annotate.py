@@ -67,6 +67,9 @@ def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
     for r in recs:
         if r["loss_plus"] is None:
             assert r["error"] is not None and r["kept"] is False
+        elif r["loss_no_result"] is None:  # left out: L(ε) − L⁺ alone rejects the call
+            assert r["loss_minus"] == r["loss_none"] and r["kept"] is False
+            assert not is_kept(r["loss_none"], r["loss_plus"], r["tau_filter"])
         else:
             assert r["loss_minus"] == min(r["loss_none"], r["loss_no_result"])
             assert r["kept"] == is_kept(r["loss_minus"], r["loss_plus"], r["tau_filter"])
@@ -75,6 +78,37 @@ def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
     assert m["model"] == cfg.model.path
     assert sum(c["candidates"] for c in m["counts"]["per_tool"].values()) == len(recs)
     assert (run_dir / "config.yaml").exists() and (run_dir / "sample" / "documents.jsonl").exists()
+
+
+def test_filter_leaves_out_only_losses_that_cannot_keep_a_call(annotated):
+    """L(e(c, ε)) is computed only where L(ε) − L⁺ reaches tau_f; with filter.all_losses it is computed for every
+    candidate, and the same calls are kept with the same L(ε) and L⁺."""
+    from toolformer.lm.modeling import load
+    from toolformer.run.folder import DocumentStore
+    from toolformer.stages.filter import CandidateScorer
+
+    cfg, run_dir, _ = annotated
+    model, tok = load(cfg.model, cfg.calls)
+    docs = DocumentStore(run_dir)
+    executed = shard_records(run_dir, "execute")
+    lean = CandidateScorer(cfg, model, tok, docs).score(executed)
+    full = CandidateScorer(cfg, model, tok, docs, all_losses=True).score(executed)
+    docs.close()
+    scored = [r for r in lean if r["loss_plus"] is not None]
+    left_out = [r for r in scored if r["loss_no_result"] is None]
+    assert 0 < len(left_out) < len(scored)
+    assert all(r["loss_no_result"] is not None for r in full if r["loss_plus"] is not None)
+    for a, b in zip(lean, full):
+        assert a["kept"] == b["kept"]
+        if a["loss_plus"] is None:
+            assert a == b
+            continue
+        assert (a["loss_none"], a["loss_plus"]) == pytest.approx((b["loss_none"], b["loss_plus"]), abs=1e-5)
+        if a["loss_no_result"] is None:
+            assert a["loss_minus"] == a["loss_none"] >= b["loss_minus"] - 1e-5
+            assert b["loss_minus"] - b["loss_plus"] < b["tau_filter"] + 1e-5
+        else:
+            assert a["loss_minus"] == pytest.approx(b["loss_minus"], abs=1e-5)
 
 
 def test_rerun_skips_and_redone_filter_is_identical(annotated, capsys):

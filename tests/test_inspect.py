@@ -61,7 +61,7 @@ def _records(docs: list[dict], calls: list[tuple]):
                         loss_no_result=l_no_result, loss_with_result=l_with, loss_minus=None, loss_plus=None,
                         tau_filter=TAU[tool], read_ahead=[], kept=False)
         if not failed:
-            filtered["loss_minus"] = min(l_none, l_no_result)
+            filtered["loss_minus"] = l_none if l_no_result is None else min(l_none, l_no_result)  # None: left out
             filtered["loss_plus"] = l_with
             filtered["kept"] = filtered["loss_minus"] - l_with >= TAU[tool]
         out.append((sample, executed, filtered))

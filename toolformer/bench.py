@@ -205,8 +205,10 @@ def profile_filter(scorer, requests, texts, device) -> dict:
 
 
 def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
-    """The filter on the first ``n`` executed calls of a real run folder with no
-    sharing and with shared rows: seconds, tokens, kept."""
+    """The filter on the first ``n`` executed calls of a real run folder, in one process, modes interleaved: no
+    sharing with every loss (``none``), shared rows with every loss (``rows``, filter.all_losses true) and shared
+    rows with L(e(c, ε)) only where L(ε) − L⁺ does not already reject the call (``lean``, the default): seconds
+    (best of ``repeats``), tokens and kept calls, which must be the same in every mode."""
     import itertools
 
     from toolformer.config.load import load_config
@@ -221,15 +223,16 @@ def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     docs = read_documents(cfg.run_dir)
     out: dict[str, dict] = {}
     for _ in range(repeats):
-        for mode, rows in (("none", False), ("rows", True)):
+        for mode, rows, every in (("none", False, True), ("rows", True, True), ("lean", True, False)):
             cfg.filter.share = rows
-            scorer = CandidateScorer(cfg, model, tok, docs)
+            scorer = CandidateScorer(cfg, model, tok, docs, all_losses=every)
             scored, secs = timed(lambda s=scorer: s.score(records), scorer.scorer.device)
             best = out.get(mode, {}).get("seconds", float("inf"))
             out[mode] = {"seconds": round(min(best, secs), 2), "tokens": scorer.scorer.tokens_scored,
                          "kept": sum(r["kept"] for r in scored)}
     print(f"filter on {len(records):,} calls of {cfg.run_dir} (best of {repeats}): " + "; ".join(
-        f"{m} {v['seconds']} s, {v['tokens']:,} tokens" for m, v in out.items()))
+        f"{m} {v['seconds']} s, {v['tokens']:,} tokens, {v['kept']:,} kept" for m, v in out.items())
+          + f"; lean/rows {out['lean']['seconds'] / out['rows']['seconds']:.2f}")
     return {"run": cfg.run_dir, "calls": len(records), **out}
 
 
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tool-workers", type=int, nargs="*", default=[],
                    help="instead: WikiSearch calls/s on data/collection.jsonl with these numbers of workers (e.g. 1 8)")
     p.add_argument("--tool-calls", type=int, default=400, help="calls for --tool-workers")
-    p.add_argument("--run-config", default="", help="instead: time the filter's sharing modes on the first "
+    p.add_argument("--run-config", default="", help="instead: time the filter's sharing and lean modes on the first "
                    "--candidates executed calls of this config's run folder (e.g. runs/demo/config.yaml after the "
                    "demo)")
     p.add_argument("--constrained", action="store_true", help="instead: the time constrained decoding "

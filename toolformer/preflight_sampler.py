@@ -251,7 +251,7 @@ def run_probe(cfg: PipelineConfig, scan: Scan, candidates: dict[str, list[tuple[
     executed_records = [{**r, "result": o.result, "error": o.error} for r, o in zip(records, outcomes)]
     wrong = swapped_results(executed_records)
     t0 = time.perf_counter()
-    scorer = CandidateScorer(cfg, model, tok, {w["doc_id"]: w for w in scan.windows})
+    scorer = CandidateScorer(cfg, model, tok, {w["doc_id"]: w for w in scan.windows}, all_losses=True)
     scored: list[dict] = list(scorer.score(executed_records + [w for w in wrong if w is not None]))  # type: ignore
     filtered = time.perf_counter() - t0
     true_rows, wrong_rows = scored[: len(records)], iter(scored[len(records):])

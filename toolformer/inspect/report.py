@@ -115,7 +115,9 @@ def tooltip(rec: dict, stage: str) -> str:
     lines = [f"{rec['tool']}({rec['input']})"]
     if st in ("kept", "rejected"):
         rel = "≥" if st == "kept" else "<"
-        lines.append(f"{st}: L⁻ − L⁺ = {_num(m)} {rel} tau_f {_num(rec.get('tau_filter'), 2)}")
+        bound = rec.get("loss_no_result") is None  # L(e(c, ε)) left out: L(ε) − L⁺ alone rejects the call
+        lines.append(f"{st}: L⁻ − L⁺ {'≤' if bound else '='} {_num(m)} {rel} tau_f {_num(rec.get('tau_filter'), 2)}"
+                     + (" (L(e(c,ε)) not computed: L⁻ ≤ L(ε))" if bound else ""))
         lines.append(f"L(ε) = {_num(rec.get('loss_none'))}   L(e(c,ε)) = {_num(rec.get('loss_no_result'))}   "
                      f"L(e(c,r)) = {_num(rec.get('loss_with_result'))}")
         lines.append(f"L⁻ = {_num(rec.get('loss_minus'))}   L⁺ = {_num(rec.get('loss_plus'))}   margin = {_num(m)}")

@@ -16,12 +16,19 @@ from toolformer.run.folder import read_documents
 def gold_by_tau(run_dir: str | Path, tool: str, taus: list[float]) -> list[dict]:
     """Per tau_f in ``taus``: ``{"tau", "kept", "kept_right", "precision", "recall"}`` of ``tool``'s calls had the
     filter kept those with L⁻ − L⁺ ≥ tau_f (the other tools' calls as they were). Raises FileNotFoundError
-    without a filter stage and ValueError when the run's documents hold no gold call of ``tool``."""
+    without a filter stage, and ValueError when the run's documents hold no gold call of ``tool`` or a tau_f is
+    below the run's where the filter left L(e(c, ε)) out (``filter.all_losses``)."""
     run_dir = Path(run_dir)
     filt = read_stage(run_dir, "filter")
     if filt.state == "missing":
         raise FileNotFoundError(f"{run_dir}: no filter stage (toolformer filter)")
     documents = read_documents(run_dir)
+    bounded = [r["tau_filter"] for r in filt.records
+               if r["tool"] == tool and r.get("loss_plus") is not None and r.get("loss_no_result") is None]
+    if bounded and min(taus) < max(bounded):
+        raise ValueError(f"{run_dir}: the filter did not compute L(e(c, ε)) for {len(bounded):,} {tool} calls that "
+                         f"tau_f {max(bounded):g} rejects, so it cannot say what tau_f {min(taus):g} keeps; rerun "
+                         "the filter with filter.all_losses=true")
     rows = []
     for tau in taus:
         calls = [r | {"kept": is_kept(r["loss_minus"], r["loss_plus"], tau)}

@@ -7,6 +7,9 @@ whole text (a prefix, not inline):
     L⁻ = min(L(ε), L(e(c, ε))),  L⁺ = L(e(c, r))
     kept  ⇔  L⁻ − L⁺ ≥ tau_f  (and, with filter.lookahead drop, the input reads nothing ahead)
 
+L⁻ ≤ L(ε), so a candidate with L(ε) − L⁺ < tau_f is rejected whatever L(e(c, ε)) is: L(ε) and L⁺ are
+computed first and L(e(c, ε)) only for the others (``filter.all_losses`` computes it for every candidate).
+
 Sequence = [BOS] + tokens(z + prefix_separator) + tokens(text); the text is
 tokenized once so every variant scores the same target tokens. The losses come
 from ``model.path`` (the paper's M), or from ``filter.model`` when set.
@@ -37,8 +40,9 @@ def tau_for(cfg: PipelineConfig, tool: str) -> float:
 class CandidateScorer:
     """Turns executed records into filter records (losses and ``kept``)."""
 
-    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs):
+    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs, all_losses: bool | None = None):
         self.cfg, self.tok, self.docs = cfg, tokenizer, docs
+        self.all_losses = cfg.filter.all_losses if all_losses is None else all_losses
         self.style = get_style(cfg.calls.style)
         self.bos = tuple(bos_ids(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
@@ -59,8 +63,8 @@ class CandidateScorer:
         return self.bos + tuple(self.tok(z, add_special_tokens=False)["input_ids"])
 
     def score(self, records: list[ExecuteRecord]) -> list[FilterRecord]:
-        requests: list[LossRequest] = []
-        plan: list[tuple[tuple[LossRequest, LossRequest, LossRequest], str, str] | None] = []  # None: not scored
+        texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}
+        plan: list[tuple[LossRequest, LossRequest, LossRequest, str, str] | None] = []  # None: not scored
         for r in records:
             if r["error"] is not None or r["result"] is None:
                 plan.append(None)
@@ -68,12 +72,13 @@ class CandidateScorer:
             with_result = self.style.render(r["tool"], r["input"], r["result"])
             no_result = self.style.render(r["tool"], r["input"], "")
             doc, pos = r["doc_id"], r["position"]
-            reqs = (LossRequest(self.bos, doc, pos), LossRequest(self.prefix(no_result), doc, pos),
-                    LossRequest(self.prefix(with_result), doc, pos))
-            requests += reqs
-            plan.append((reqs, with_result, no_result))
-        texts = {r["doc_id"]: self.text_ids(r["doc_id"]) for r in records}
-        losses = self.scorer.losses(requests, texts)
+            plan.append((LossRequest(self.bos, doc, pos), LossRequest(self.prefix(with_result), doc, pos),
+                         LossRequest(self.prefix(no_result), doc, pos), with_result, no_result))
+        # L(ε) and L⁺ first; L(e(c, ε)) only where L(ε) − L⁺ alone does not reject the call
+        losses = self.scorer.losses([q for p in plan if p for q in p[:2]], texts)
+        open_ = [p[2] for r, p in zip(records, plan)
+                 if p and (self.all_losses or self.may_keep(losses[p[0]], losses[p[1]], r["tool"]))]
+        losses.update(self.scorer.losses(open_, texts))
         out: list[FilterRecord] = []
         for r, p in zip(records, plan):
             tau = tau_for(self.cfg, r["tool"])
@@ -82,16 +87,21 @@ class CandidateScorer:
                                         loss_no_result=None, loss_with_result=None, loss_minus=None,
                                         loss_plus=None, tau_filter=tau, read_ahead=[], kept=False))
                 continue
-            (none, no_res, with_res), with_result, no_result = p
-            l_none, l_no, l_with = losses[none], losses[no_res], losses[with_res]
-            lm = loss_minus(l_none, l_no)
+            none, with_res, no_res, with_result, no_result = p
+            l_none, l_with = round(losses[none], 6), round(losses[with_res], 6)
+            l_no = round(losses[no_res], 6) if no_res in losses else None
+            lm = l_none if l_no is None else round(loss_minus(l_none, l_no), 6)  # L(ε) bounds L⁻ from above
             ahead = self.read_ahead(r)
-            kept = is_kept(round(lm, 6), round(l_with, 6), tau) and not (ahead and self.cfg.filter.lookahead == "drop")
+            kept = l_no is not None and is_kept(lm, l_with, tau) and not (ahead and self.cfg.filter.lookahead == "drop")
             out.append(FilterRecord(**r, call_text=with_result, call_text_no_result=no_result,
-                                    loss_none=round(l_none, 6), loss_no_result=round(l_no, 6),
-                                    loss_with_result=round(l_with, 6), loss_minus=round(lm, 6),
-                                    loss_plus=round(l_with, 6), tau_filter=tau, read_ahead=ahead, kept=kept))
+                                    loss_none=l_none, loss_no_result=l_no, loss_with_result=l_with, loss_minus=lm,
+                                    loss_plus=l_with, tau_filter=tau, read_ahead=ahead, kept=kept))
         return out
+
+    def may_keep(self, l_none: float, l_plus: float, tool: str) -> bool:
+        """Whether L(ε) − L⁺ reaches the tool's tau_f (rounded as the kept test rounds): if not, neither does
+        L⁻ − L⁺."""
+        return is_kept(round(l_none, 6), round(l_plus, 6), tau_for(self.cfg, tool))
 
     def read_ahead(self, r: ExecuteRecord) -> list[str]:
         """What the candidate's input reads ahead of its position (:mod:`toolformer.tools.lookahead`); [] with
