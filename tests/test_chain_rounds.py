@@ -138,3 +138,19 @@ def test_a_result_counts_as_stated_only_soon_after_the_position():
     assert not states_result(text, at, "1993") and not states_result(text, at, "199")
     far = "x" * STATED_WITHIN + " 1992"
     assert not states_result(far, 0, "1992") and states_result(far, 5, "1992")
+
+
+def test_chain_tau_filter_judges_every_chained_call(tmp_path, tiny_model_dir, monkeypatch):
+    """chain.tau_filter replaces the filter's tau_f (and its per-tool ones) for chained calls: at −100 every scored
+    one is kept, at 100 none; the records carry the tau_f they were judged with."""
+    from toolformer.stages import run_stage
+
+    monkeypatch.setattr("toolformer.stages.chain.chained", lambda doc, char, call_input: True)
+    monkeypatch.setattr("toolformer.stages.chain.states_result", lambda text, char, result: True)
+    for name, tau in (("low", -100.0), ("high", 100.0)):
+        cfg = chain_run(tmp_path / name, tiny_model_dir)
+        cfg.chain.tau_filter = tau
+        run_stage("chain", cfg)
+        scored = [r for r in shard_records(tmp_path / name / "chain", "round-2") if r["loss_plus"] is not None]
+        assert len(scored) >= 18 and {r["tau_filter"] for r in scored} == {tau}
+        assert all(r["kept"] == (tau < 0 and not r["read_ahead"]) for r in scored)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -118,9 +120,10 @@ def test_the_contention_benchmark_reports_ratios_per_policy(monkeypatch):
     monkeypatch.setattr(bc, "SPIN", "import time; time.sleep(30)")  # a stand-in that costs no core
     model = torch.nn.Linear(2, 2)
     calls = []
-    out = bc.measure_stage(model, lambda: calls.append(1), ["follow", "fixed"], repeats=1)
-    assert len(calls) == 1 + 2 * 2  # warm-up, then idle and busy per policy
+    out = bc.measure_stage(model, lambda: calls.append(time.sleep(0.05)), ["follow", "fixed"], repeats=1)
+    assert len(calls) == 1 + 2 * 2 + 1  # warm-up, idle and busy per policy, idle on one thread
     for policy in ("follow", "fixed"):
         row = out[policy]
         assert row["idle_s"] >= 0 and row["busy_s"] >= 0 and row["busy_over_idle"] > 0
     assert "idle_follow_over_fixed" in out
+    assert out["one_thread_idle_s"] >= 0.05 and 0.5 < out["one_core_bound"] < 2  # a sleep: the same on any thread

@@ -14,7 +14,8 @@ Stages: ``finetune`` (training steps: forward, backward and AdamW on the demo's
 batch of 32 rows of 128 tokens), ``filter`` (the filter's batched loss scorer
 on random candidates) and ``evaluate`` (greedy decoding with the key/value
 cache, 64 prompts, 32 new tokens). Each is timed ``--repeats`` times per
-condition, alternating, and the median kept; the result is ratios measured in
+condition, alternating, and the median kept, with one idle timing on one
+thread per repeat (the one-core bound of busy / idle); the result is ratios measured in
 one run (busy / idle per policy, and follow / fixed when idle), since the
 machines these run on are shared and noisy. The last line printed is one JSON
 object.
@@ -91,9 +92,10 @@ def evaluate_work(model, vocab: int, rounds: int) -> Callable[[], None]:
 
 
 def set_policy(policy: str, model) -> None:
+    """``follow``, ``fixed``, or ``one`` (one thread: what the stage gets beside one competitor on 2 cores)."""
     from toolformer.lm.threads import follow_load, set_threads, usable_cores
 
-    set_threads(0 if policy == "follow" else len(usable_cores()), share=1)
+    set_threads({"follow": 0, "one": 1}.get(policy, len(usable_cores())), share=1)
     follow_load(model)
 
 
@@ -117,8 +119,11 @@ def timed(fn: Callable[[], None]) -> float:
 
 
 def measure_stage(model, work: Callable[[], None], policies: list[str], repeats: int) -> dict:
-    """Median seconds idle and busy per policy, alternating conditions."""
+    """Median seconds idle and busy per policy, alternating conditions, and idle with one thread: beside one
+    competitor on 2 cores a stage gets one core, so busy / idle cannot go below that one-thread time over the
+    idle time (``one_core_bound``) unless it takes more than its share."""
     times: dict[tuple[str, str], list[float]] = {(p, c): [] for p in policies for c in ("idle", "busy")}
+    times[("one", "idle")] = []
     set_policy(policies[0], model)
     work()  # warm-up
     for _ in range(repeats):
@@ -128,6 +133,8 @@ def measure_stage(model, work: Callable[[], None], policies: list[str], repeats:
             with Competitor():
                 set_policy(policy, model)
                 times[(policy, "busy")].append(timed(work))
+        set_policy("one", model)
+        times[("one", "idle")].append(timed(work))
     out: dict = {}
     idle_of: dict[str, float] = {}
     for policy in policies:
@@ -136,6 +143,9 @@ def measure_stage(model, work: Callable[[], None], policies: list[str], repeats:
         out[policy] = {"idle_s": round(idle, 2), "busy_s": round(busy, 2), "busy_over_idle": round(busy / idle, 2)}
     if "follow" in out and "fixed" in out:
         out["idle_follow_over_fixed"] = round(idle_of["follow"] / idle_of["fixed"], 3)
+    one = statistics.median(times[("one", "idle")])
+    out["one_thread_idle_s"] = round(one, 2)
+    out["one_core_bound"] = round(one / idle_of[policies[0]], 2)
     return out
 
 
@@ -166,6 +176,8 @@ def print_table(result: dict) -> None:
                 print(f"{stage:<10} {policy:<7} {row['idle_s']:>7} {row['busy_s']:>7} {row['busy_over_idle']:>9}")
         if "idle_follow_over_fixed" in result[stage]:
             print(f"{stage:<10} idle follow/fixed {result[stage]['idle_follow_over_fixed']}")
+        print(f"{stage:<10} one thread idle {result[stage]['one_thread_idle_s']} s: busy/idle bound on one core "
+              f"{result[stage]['one_core_bound']}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -213,6 +213,9 @@ class ChainConfig:
     filters calls again on each document with the calls kept so far inline, after the first of them and where none
     was kept: a call may take an earlier call's result as input, and is judged with the earlier calls in the text
     (chained calls). 1 = the paper's single round: the chain stage does nothing."""
+    tau_filter: float | None = None
+    """tau_f of chained calls (every tool); null = the filter's. A chained call already has to use an earlier
+    call's result and to have its own stated in the next 40 characters, so a lower tau_f may keep more of them."""
 
     def validate(self) -> None:
         if self.rounds < 1:

@@ -21,7 +21,8 @@ loss by tau_f.
   the text, the sampler sees it in its context;
 * the filter judges a chained candidate with the earlier calls in the text, as
   the tuned model will read it (the call z still goes before the whole text:
-  L⁻, L⁺ and tau_f as in the filter stage).
+  L⁻ and L⁺ as in the filter stage; tau_f is ``chain.tau_filter`` when set, for
+  every tool, else the filter's).
 
 A record's ``char_start`` is mapped back to the original document (its
 ``position`` stays the token index in the text it was scored on), so build
@@ -39,6 +40,7 @@ With R = 1 it writes only the manifest.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import re
@@ -157,6 +159,10 @@ class Round:
     def __init__(self, cfg: PipelineConfig, tok, settings: dict, samplers: dict, sandbox, model):
         self.cfg, self.tok, self.settings, self.samplers, self.sandbox = cfg, tok, settings, samplers, sandbox
         self.model = model
+        self.judge = cfg  # the filter settings chained calls are judged with: chain.tau_filter for every tool
+        if cfg.chain.tau_filter is not None:
+            self.judge = copy.deepcopy(cfg)
+            self.judge.filter.tau_filter, self.judge.filter.per_tool_tau = cfg.chain.tau_filter, {}
 
     def process(self, docs: list[dict], taken: dict[str, set[int]]) -> tuple[list[dict], dict[str, dict[str, int]]]:
         """Filter records of the chained candidates of ``docs``, and per tool how many candidates at a free
@@ -185,7 +191,7 @@ class Round:
                 continue
             executed.append(ExecuteRecord(**r, result=o.result, error=o.error))
             at.append(orig)
-        scored = CandidateScorer(self.cfg, self.model, self.tok, by_id).score(executed)
+        scored = CandidateScorer(self.judge, self.model, self.tok, by_id).score(executed)
         return [{**r, "char_start": orig} for r, orig in zip(scored, at)], {"not_chained": not_chained,
                                                                            "not_stated": not_stated}
 
