@@ -28,6 +28,11 @@ def test_reads_ahead_names_what_the_text_states_only_later():
     assert reads_ahead(TEXT, founded + len("Kessford"), "Who founded Kessford?") == []
     assert reads_ahead(TEXT, founded, "founder of Oster") == ["Oster"]
     assert reads_ahead(TEXT, founded, "kessford") == []  # a word in lower case is no name
+    born = "Roly Mosby was born in the town of Halbrook. The town grew."
+    at = born.index("Halbrook")  # a first word capitalised as a sentence starts: stated before in lower case
+    assert reads_ahead(born, at, "The birthplace of Roly Mosby is?") == []
+    assert reads_ahead(born, at, "Was The Town big?") == ["The"]  # inside the input: a name, with its case
+    assert reads_ahead(born, 0, "Mosby, the town?") == ["Mosby"]  # a first word is still a name when not stated
 
 
 def test_lookahead_mode_is_checked():

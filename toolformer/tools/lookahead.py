@@ -5,7 +5,9 @@ Such a call could not have been written at that point of the text, yet its resul
 (the text goes on to state what the call used), so the paper's criterion may keep it. A number is a run of digits
 with optional thousands separators and decimals (``1,250`` and ``1250`` are the same number); a name is a
 capitalised word of the input, matched with its case (a question word such as ``Who`` counts too: when the text
-states it only later, the question itself comes later). Matching is by whole number and whole word. The text
+states it only later, the question itself comes later), except that the input's first word may be capitalised
+only because it starts a sentence: it counts as stated before when the text before has it in any case (``The
+birthplace of ...`` after ``born in the town``). Matching is by whole number and whole word. The text
 before the position includes the calls a chain round put inline before it, so a chained call that copies an
 earlier call's result does not read ahead.
 """
@@ -24,13 +26,14 @@ def numbers(text: str) -> set[str]:
     return {m.group(0).replace(",", "") for m in _NUMBER.finditer(text)}
 
 
-def _names(call_input: str) -> list[str]:
-    """Capitalised words of ``call_input``."""
-    return [m.group(0) for m in WORD.finditer(call_input) if m.group(0)[0].isupper()]
+def _names(call_input: str) -> list[tuple[str, bool]]:
+    """Capitalised words of ``call_input``, each with whether it is the input's first word."""
+    return [(m.group(0), k == 0) for k, m in enumerate(WORD.finditer(call_input)) if m.group(0)[0].isupper()]
 
 
-def _says(text: str, word: str) -> bool:
-    return re.search(rf"(?<!{WORD_EDGE}){re.escape(word)}(?!{WORD_EDGE})", text) is not None
+def _says(text: str, word: str, any_case: bool = False) -> bool:
+    return re.search(rf"(?<!{WORD_EDGE}){re.escape(word)}(?!{WORD_EDGE})", text,
+                     re.IGNORECASE if any_case else 0) is not None
 
 
 def reads_ahead(text: str, position: int, call_input: str) -> list[str]:
@@ -43,7 +46,7 @@ def reads_ahead(text: str, position: int, call_input: str) -> list[str]:
         n = m.group(0).replace(",", "")
         if n not in said_before and n in said_after and n not in ahead:
             ahead.append(n)
-    for name in _names(call_input):
-        if name not in ahead and not _says(before, name) and _says(after, name):
+    for name, first in _names(call_input):
+        if name not in ahead and not _says(before, name, any_case=first) and _says(after, name):
             ahead.append(name)
     return ahead
