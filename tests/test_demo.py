@@ -98,6 +98,7 @@ def test_round2_samples_with_the_round1_model_and_tunes_the_base_model(demo_run)
     run_dir, results = demo_run
     base, round1 = str(run_dir / "base-model"), str(run_dir / "model")
     for folder, judge in (("round2", base), ("round2_judged_by_round1", round1)):
+        assert (run_dir / folder / ".toolformer-run").exists()  # a run folder later commands may use
         sample = json.loads((run_dir / folder / "sample" / "manifest.json").read_text())
         assert sample["model"] == round1
         assert json.loads((run_dir / folder / "filter" / "manifest.json").read_text())["model"] == judge

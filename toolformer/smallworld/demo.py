@@ -45,6 +45,7 @@ from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
 from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
 from toolformer.run.folder import Stage, atomic_write_text
+from toolformer.run.guard import mark
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
@@ -271,6 +272,7 @@ def _control(cfg: PipelineConfig, wcfg: PipelineConfig, force: bool, timed: Time
     ccfg.run_dir = str(Path(cfg.run_dir) / "control")
     ccfg.finetune.dataset = str(timed("control data", lambda: control_dataset(wcfg)))
     ccfg.finetune.output_dir = str(Path(ccfg.run_dir) / "model")
+    mark(Path(ccfg.run_dir))
     timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
 
 
@@ -282,6 +284,7 @@ def _round2(wsw: SmallWorldConfig, force: bool, timed: Timed) -> None:
     wcfg = wsw.pipeline
     first = None
     for name, rcfg in round2_configs(wsw).items():
+        mark(Path(rcfg.run_dir))  # a run folder of its own: later commands may run on it (toolformer evaluate ...)
         save_resolved_config(rcfg)
         if first is not None:  # the same candidates for every judge: sampled and run once
             reuse_stages(first, rcfg.run_dir, ("sample", "execute"))

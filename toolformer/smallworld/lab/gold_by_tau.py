@@ -1,9 +1,10 @@
 """Precision and recall against the gold calls of one tool's kept calls at other tau_f, from a finished filter
 stage (no model runs):
 
-    python -m toolformer.smallworld.lab.gold_by_tau runs/demo --tool Calculator --tau 0.5 0.75 1.0 1.25
+    python -m toolformer.smallworld.lab.gold_by_tau runs/demo --tool Calculator --tau 1.0 1.25 1.5
 
-One line per tau_f; the run's documents must carry gold calls (the small world's do).
+One line per tau_f; the run's documents must carry gold calls (the small world's do). A tau_f below the run's needs
+a filter that computed every loss (``filter.all_losses=true``).
 """
 
 from __future__ import annotations
