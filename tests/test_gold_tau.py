@@ -50,3 +50,19 @@ def test_a_run_without_gold_or_filter_says_so(tmp_path):
     done = subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.gold_by_tau", str(bare)],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "no filter stage" in done.stderr
+
+
+def test_the_margin_histogram_keeps_upper_bounds_apart():
+    """A rejected call whose L(e(c, ε)) the filter left out has only the upper bound L(ε) − L⁺: its own series."""
+    from toolformer.inspect.report import margin_histogram, split_margins
+
+    def rec(l_none, l_no, l_plus, kept):
+        return {"loss_none": l_none, "loss_no_result": l_no, "loss_plus": l_plus, "kept": kept,
+                "loss_minus": l_none if l_no is None else min(l_none, l_no)}
+
+    calls = [rec(3.0, 2.5, 0.5, True), rec(2.0, 1.75, 1.5, False), rec(1.0, None, 1.5, False),
+             {"loss_none": None, "loss_no_result": None, "loss_plus": None, "loss_minus": None, "kept": False}]
+    assert split_margins(calls) == ([2.0], [0.25], [-0.5])
+    png = margin_histogram("Calculator", calls, 0.5, 8)
+    assert png is not None and png.startswith(b"\x89PNG")
+    assert margin_histogram("Calculator", calls[3:], 0.5, 8) is None

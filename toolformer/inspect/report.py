@@ -78,29 +78,41 @@ def _bin_edges(margins: np.ndarray, tau: float | None, bins: int) -> np.ndarray:
     return anchor + width * np.arange(-below, above + 1)  # exactly tau at offset 0
 
 
+def split_margins(calls: list[dict]) -> tuple[list[float], list[float], list[float]]:
+    """L⁻ − L⁺ of the kept calls, of the rejected ones, and the upper bounds L(ε) − L⁺ of the rejected ones whose
+    L(e(c, ε)) the filter left out (``filter.all_losses`` false); calls without losses are left out."""
+    kept: list[float] = []
+    rejected: list[float] = []
+    bounded: list[float] = []
+    for r in calls:
+        m = margin(r)
+        if m is not None:
+            (kept if r.get("kept") else bounded if r.get("loss_no_result") is None else rejected).append(m)
+    return kept, rejected, bounded
+
+
 def margin_histogram(tool: str, calls: list[dict], tau: float | None, bins: int) -> bytes | None:
-    """PNG of the L⁻ − L⁺ histogram of ``calls`` (kept and rejected stacked),
+    """PNG of the L⁻ − L⁺ histogram of ``calls`` (kept, rejected, and rejected by L(ε) − L⁺ alone, stacked),
     with tau_f marked; None when no call has losses."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    kept = [m for r in calls if (m := margin(r)) is not None and r.get("kept")]
-    rejected = [m for r in calls if (m := margin(r)) is not None and not r.get("kept")]
-    if not kept and not rejected:
+    kept, rejected, bounded = split_margins(calls)
+    if not kept and not rejected and not bounded:
         return None
-    edges = _bin_edges(np.asarray(kept + rejected, dtype=np.float64), tau, bins)
+    edges = _bin_edges(np.asarray(kept + rejected + bounded, dtype=np.float64), tau, bins)
     fig = Figure(figsize=(6.4, 3.2), dpi=100)
     FigureCanvasAgg(fig)  # Agg canvas without pyplot: no global backend state
     ax = fig.add_subplot()
-    ax.hist([rejected, kept], bins=edges.tolist(), stacked=True, color=["#d9776b", "#4caf50"],
-            label=["rejected", "kept"])
+    ax.hist([bounded, rejected, kept], bins=edges.tolist(), stacked=True, color=["#efbcb5", "#d9776b", "#4caf50"],
+            label=["rejected by L(ε) − L⁺ (at most)", "rejected", "kept"])
     if tau is not None:
         ax.axvline(tau, color="black", linestyle="--", linewidth=1.2, label=f"tau_f = {tau:g}")
     ax.set_xlabel(r"$L^- - L^+$")
     ax.set_ylabel("calls")
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.set_title(f"{tool}: {len(kept):,} kept of {len(kept) + len(rejected):,} scored")
+    ax.set_title(f"{tool}: {len(kept):,} kept of {len(kept) + len(rejected) + len(bounded):,} scored")
     ax.legend(fontsize="small")
     fig.tight_layout()
     buf = io.BytesIO()
