@@ -81,7 +81,7 @@ def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
 
 
 def test_filter_leaves_out_only_losses_that_cannot_keep_a_call(annotated):
-    """L(e(c, ε)) is computed only where L(ε) − L⁺ reaches tau_f; with filter.all_losses it is computed for every
+    """L(e(c, ε)) is computed only where L(ε) − L⁺ reaches tau_f; with all_losses (preflight's) it is computed for every
     candidate, and the same calls are kept with the same L(ε) and L⁺."""
     from toolformer.lm.modeling import load
     from toolformer.run.folder import DocumentStore

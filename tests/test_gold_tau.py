@@ -29,12 +29,12 @@ def test_precision_and_recall_at_each_threshold(tmp_path):
 
 
 def test_no_sweep_below_the_runs_tau_where_the_filter_left_losses_out(tmp_path):
-    # L(ε) − L⁺ = 0.1 < tau_f 0.5 rejected the last call before L(e(c, ε)) was computed (filter.all_losses false):
+    # L(ε) − L⁺ = 0.1 < tau_f 0.5 rejected the last call before L(e(c, ε)) was computed:
     # at tau_f 0.05 it might have been kept, and the sweep cannot say.
     calls = GOLD_RUN_CALLS + [("g4", "Calculator", "12 + 1", "12", "13", 2.0, None, 1.9)]
     run = make_run(tmp_path, docs=GOLD_DOCS, calls=calls)
     assert gold_by_tau(run, "Calculator", [0.5])[0]["kept"] == 4
-    with pytest.raises(ValueError, match=r"1 Calculator calls .* tau_f 0\.05 .* filter\.all_losses=true"):
+    with pytest.raises(ValueError, match=r"1 Calculator calls .* tau_f 0\.05 .* rerun the filter at tau_f 0\.05"):
         gold_by_tau(run, "Calculator", [0.05, 0.5])
     assert gold_by_tau(run, "QA", [0.25])[0]["kept"] == 3  # QA lost no loss
 

@@ -206,8 +206,8 @@ def profile_filter(scorer, requests, texts, device) -> dict:
 
 def bench_run_sharing(config: str, n: int, repeats: int = 2) -> dict:
     """The filter on the first ``n`` executed calls of a real run folder, in one process, modes interleaved: no
-    sharing with every loss (``none``), shared rows with every loss (``rows``, filter.all_losses true) and shared
-    rows with L(e(c, ε)) only where L(ε) − L⁺ does not already reject the call (``lean``, the default): seconds
+    sharing with every loss (``none``), shared rows with every loss (``rows``) and shared rows with L(e(c, ε))
+    only where L(ε) − L⁺ does not already reject the call (``lean``, the filter stage's): seconds
     (best of ``repeats``), tokens and kept calls, which must be the same in every mode."""
     import itertools
 

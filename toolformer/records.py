@@ -52,8 +52,7 @@ class FilterRecord(ExecuteRecord):
     call_text: Annotated[str | None, "e(c, r): the call with its result, as inserted"]
     call_text_no_result: Annotated[str | None, "e(c, ε): the call with an empty result"]
     loss_none: Annotated[float | None, "L_i(ε): no call before the text"]
-    loss_no_result: Annotated[float | None, "L_i(e(c, ε)); null where L_i(ε) − L⁺ < tau_f already rejects the call "
-                              "(filter.all_losses false)"]
+    loss_no_result: Annotated[float | None, "L_i(e(c, ε)); null where L_i(ε) − L⁺ < tau_f already rejects the call"]
     loss_with_result: Annotated[float | None, "L_i(e(c, r))"]
     loss_minus: Annotated[float | None, "L⁻ = min(L_i(ε), L_i(e(c, ε))); L_i(ε), an upper bound, where "
                           "loss_no_result is null"]

@@ -187,10 +187,6 @@ class FilterConfig:
     share: bool = True
     """One row per prefix and document: L(ε) of all positions of a document, and a call proposed at several
     positions, from one forward (same losses, tested; 23 % fewer tokens on the demo's candidates)."""
-    all_losses: bool = False
-    """Compute L(e(c, ε)) for every candidate. False: only where L(ε) − L⁺ ≥ tau_f, since L⁻ ≤ L(ε) rejects the
-    others whatever it is (the same calls kept, about a third less filter time on the demo); their records hold
-    loss_no_result null and loss_minus = L(ε), an upper bound. True lets `inspect` sweep tau_f below the run's."""
     model: str = ""
     """Model whose losses judge the calls; empty = model.path (the base model, as in the paper). A second round of
     self-training may judge with the round-1 model instead: filter.model=RUN_DIR/model."""

@@ -80,7 +80,7 @@ def _bin_edges(margins: np.ndarray, tau: float | None, bins: int) -> np.ndarray:
 
 def split_margins(calls: list[dict]) -> tuple[list[float], list[float], list[float]]:
     """L⁻ − L⁺ of the kept calls, of the rejected ones, and the upper bounds L(ε) − L⁺ of the rejected ones whose
-    L(e(c, ε)) the filter left out (``filter.all_losses`` false); calls without losses are left out."""
+    L(e(c, ε)) the filter left out (L(ε) − L⁺ alone rejected them); calls without losses are left out."""
     kept: list[float] = []
     rejected: list[float] = []
     bounded: list[float] = []

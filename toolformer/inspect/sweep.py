@@ -17,7 +17,7 @@ def gold_by_tau(run_dir: str | Path, tool: str, taus: list[float]) -> list[dict]
     """Per tau_f in ``taus``: ``{"tau", "kept", "kept_right", "precision", "recall"}`` of ``tool``'s calls had the
     filter kept those with L⁻ − L⁺ ≥ tau_f (the other tools' calls as they were). Raises FileNotFoundError
     without a filter stage, and ValueError when the run's documents hold no gold call of ``tool`` or a tau_f is
-    below the run's where the filter left L(e(c, ε)) out (``filter.all_losses``)."""
+    below the run's where the filter left L(e(c, ε)) out (rerun the filter at the lowest tau_f to sweep from it)."""
     run_dir = Path(run_dir)
     filt = read_stage(run_dir, "filter")
     if filt.state == "missing":
@@ -28,7 +28,7 @@ def gold_by_tau(run_dir: str | Path, tool: str, taus: list[float]) -> list[dict]
     if bounded and min(taus) < max(bounded):
         raise ValueError(f"{run_dir}: the filter did not compute L(e(c, ε)) for {len(bounded):,} {tool} calls that "
                          f"tau_f {max(bounded):g} rejects, so it cannot say what tau_f {min(taus):g} keeps; rerun "
-                         "the filter with filter.all_losses=true")
+                         f"the filter at tau_f {min(taus):g} (filter.per_tool_tau) and sweep from there")
     rows = []
     for tau in taus:
         calls = [r | {"kept": is_kept(r["loss_minus"], r["loss_plus"], tau)}

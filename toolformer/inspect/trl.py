@@ -41,7 +41,7 @@ The continuation is the rest of the document: documents are already the sample s
 context, and a trainer's ``max_length`` cuts further. Beside the three strings each row has ``kind`` (``rejected
 call`` or ``no call``), ``doc_id``, ``position`` (token index), ``char_start``, ``tool`` and ``chosen_margin``,
 ``rejected_tool`` and ``rejected_margin`` (null for no call; an upper bound, L(ε) − L⁺, where the filter left
-L(e(c, ε)) out: ``filter.all_losses``). Candidates in no pair are counted by reason: no kept
+L(e(c, ε)) out). Candidates in no pair are counted by reason: no kept
 call at their position, a kept call with a smaller margin than the chosen one, a rejected call that returned no
 result (it has no text to show) or that writes exactly as the chosen one, an unknown document or a position
 outside its text. Only the filter's first round is read (not the chain stage's later rounds).

@@ -40,7 +40,6 @@ With R = 1 it writes only the manifest.
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import re
@@ -159,10 +158,6 @@ class Round:
     def __init__(self, cfg: PipelineConfig, tok, settings: dict, samplers: dict, sandbox, model):
         self.cfg, self.tok, self.settings, self.samplers, self.sandbox = cfg, tok, settings, samplers, sandbox
         self.model = model
-        self.judge = cfg  # the filter settings chained calls are judged with: chain.tau_filter for every tool
-        if cfg.chain.tau_filter is not None:
-            self.judge = copy.deepcopy(cfg)
-            self.judge.filter.tau_filter, self.judge.filter.per_tool_tau = cfg.chain.tau_filter, {}
 
     def process(self, docs: list[dict], taken: dict[str, set[int]]) -> tuple[list[dict], dict[str, dict[str, int]]]:
         """Filter records of the chained candidates of ``docs``, and per tool how many candidates at a free
@@ -191,7 +186,7 @@ class Round:
                 continue
             executed.append(ExecuteRecord(**r, result=o.result, error=o.error))
             at.append(orig)
-        scored = CandidateScorer(self.judge, self.model, self.tok, by_id).score(executed)
+        scored = CandidateScorer(self.cfg, self.model, self.tok, by_id, tau=self.cfg.chain.tau_filter).score(executed)
         return [{**r, "char_start": orig} for r, orig in zip(scored, at)], {"not_chained": not_chained,
                                                                            "not_stated": not_stated}
 

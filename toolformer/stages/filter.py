@@ -8,7 +8,8 @@ whole text (a prefix, not inline):
     kept  ⇔  L⁻ − L⁺ ≥ tau_f  (and, with filter.lookahead drop, the input reads nothing ahead)
 
 L⁻ ≤ L(ε), so a candidate with L(ε) − L⁺ < tau_f is rejected whatever L(e(c, ε)) is: L(ε) and L⁺ are
-computed first and L(e(c, ε)) only for the others (``filter.all_losses`` computes it for every candidate).
+computed first and L(e(c, ε)) only for the others; their records hold ``loss_no_result`` null and
+``loss_minus`` = L(ε), an upper bound.
 
 Sequence = [BOS] + tokens(z + prefix_separator) + tokens(text); the text is
 tokenized once so every variant scores the same target tokens. The losses come
@@ -40,9 +41,12 @@ def tau_for(cfg: PipelineConfig, tool: str) -> float:
 class CandidateScorer:
     """Turns executed records into filter records (losses and ``kept``)."""
 
-    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs, all_losses: bool | None = None):
+    def __init__(self, cfg: PipelineConfig, model, tokenizer, docs, all_losses: bool = False,
+                 tau: float | None = None):
+        """``all_losses``: L(e(c, ε)) for every candidate, not only where it can change the verdict (preflight's
+        margins, the benchmark); ``tau``: one tau_f for every tool instead of the filter's (chain.tau_filter)."""
         self.cfg, self.tok, self.docs = cfg, tokenizer, docs
-        self.all_losses = cfg.filter.all_losses if all_losses is None else all_losses
+        self.all_losses, self.tau_override = all_losses, tau
         self.style = get_style(cfg.calls.style)
         self.bos = tuple(bos_ids(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
@@ -81,7 +85,7 @@ class CandidateScorer:
         losses.update(self.scorer.losses(open_, texts))
         out: list[FilterRecord] = []
         for r, p in zip(records, plan):
-            tau = tau_for(self.cfg, r["tool"])
+            tau = self.tau(r["tool"])
             if p is None:
                 out.append(FilterRecord(**r, call_text=None, call_text_no_result=None, loss_none=None,
                                         loss_no_result=None, loss_with_result=None, loss_minus=None,
@@ -90,7 +94,7 @@ class CandidateScorer:
             none, with_res, no_res, with_result, no_result = p
             l_none, l_with = round(losses[none], 6), round(losses[with_res], 6)
             l_no = round(losses[no_res], 6) if no_res in losses else None
-            lm = l_none if l_no is None else round(loss_minus(l_none, l_no), 6)  # L(ε) bounds L⁻ from above
+            lm = l_none if l_no is None else loss_minus(l_none, l_no)  # L(ε) bounds L⁻ from above
             ahead = self.read_ahead(r)
             kept = l_no is not None and is_kept(lm, l_with, tau) and not (ahead and self.cfg.filter.lookahead == "drop")
             out.append(FilterRecord(**r, call_text=with_result, call_text_no_result=no_result,
@@ -98,10 +102,13 @@ class CandidateScorer:
                                     loss_plus=l_with, tau_filter=tau, read_ahead=ahead, kept=kept))
         return out
 
+    def tau(self, tool: str) -> float:
+        return tau_for(self.cfg, tool) if self.tau_override is None else self.tau_override
+
     def may_keep(self, l_none: float, l_plus: float, tool: str) -> bool:
         """Whether L(ε) − L⁺ reaches the tool's tau_f (rounded as the kept test rounds): if not, neither does
         L⁻ − L⁺."""
-        return is_kept(round(l_none, 6), round(l_plus, 6), tau_for(self.cfg, tool))
+        return is_kept(round(l_none, 6), round(l_plus, 6), self.tau(tool))
 
     def read_ahead(self, r: ExecuteRecord) -> list[str]:
         """What the candidate's input reads ahead of its position (:mod:`toolformer.tools.lookahead`); [] with

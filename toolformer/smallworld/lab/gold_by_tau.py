@@ -4,7 +4,7 @@ stage (no model runs):
     python -m toolformer.smallworld.lab.gold_by_tau runs/demo --tool Calculator --tau 1.0 1.25 1.5
 
 One line per tau_f; the run's documents must carry gold calls (the small world's do). A tau_f below the run's needs
-a filter that computed every loss (``filter.all_losses=true``).
+the filter rerun at it: the filter computes L(e(c, ε)) only where L(ε) − L⁺ reaches its own tau_f.
 """
 
 from __future__ import annotations
