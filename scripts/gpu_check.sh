@@ -7,4 +7,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 python="${PYTHON:-python}"
 [ -x .venv/bin/python ] && [ -z "${PYTHON:-}" ] && python=.venv/bin/python
-exec "$python" -m toolformer.gpucheck "$@"
+exec "$python" -m toolformer.bench.gpucheck "$@"

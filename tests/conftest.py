@@ -1,3 +1,6 @@
+"""Fixtures every test file may use. The helper modules of this folder (helpers.py, runs.py, worlds.py,
+inspect_runs.py, scripted_lm.py, reference.py) are on ``sys.path``: ``from helpers import ROOT``."""
+
 import os
 import sys
 from pathlib import Path
@@ -5,8 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from helpers import ROOT  # noqa: E402
+
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
@@ -18,6 +22,39 @@ def tiny_model_dir(tmp_path_factory) -> str:
     return str(write_tiny_model(tmp_path_factory.mktemp("tiny") / "model", seed=0, data_dir=ROOT / "data"))
 
 
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    """The tiny model's tokenizer as the pipeline loads it (``load_tokenizer``; it has its own pad token, so this
+    is what ``AutoTokenizer.from_pretrained`` gives too), once per test module."""
+    from toolformer.lm.modeling import load_tokenizer
+
+    return load_tokenizer(tiny_model_dir)
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture(scope="session")
+def small_world(tmp_path_factory) -> dict:
+    """The files of the SMALL world (tests/worlds.py) by name, generated once per session; read, never written."""
+    from worlds import small_cfg
+
+    from toolformer.smallworld import generate_world
+
+    return generate_world(small_cfg(tmp_path_factory.mktemp("world")))
+
+
+@pytest.fixture(scope="session")
+def quick_run(tiny_model_dir, tmp_path_factory) -> Path:
+    """An uninterrupted ``toolformer run`` (a subprocess) of sample, execute and filter with the quick settings of
+    tests/runs.py, once per session: the records an interrupted or contended run must end with."""
+    from helpers import run_cli
+    from runs import quick_overrides
+
+    run_dir = tmp_path_factory.mktemp("reference") / "run"
+    res = run_cli(["run", "--config", "configs/tiny.yaml", *quick_overrides(tiny_model_dir, run_dir),
+                   "stages=[sample, execute, filter]"])
+    assert res.returncode == 0, res.stderr[-2000:]
+    return run_dir

@@ -49,9 +49,9 @@ def write_build(run_dir: str | Path, texts: list[str], **columns) -> None:
     """A complete build stage made by hand: a data set with ``text`` and ``columns``."""
     from datasets import Dataset
 
-    from toolformer.run.folder import Stage
+    from toolformer.rundir.folder import StageFolder
 
-    stage = Stage(run_dir, "build")
+    stage = StageFolder(run_dir, "build")
     stage.begin("x")
     Dataset.from_dict({"text": texts, **columns}).save_to_disk(str(stage.dir / "dataset"))
     stage.finish("x", 0, {})
@@ -74,10 +74,10 @@ def filter_record(doc_id: str, tool: str, tool_input: str, result: str, char_sta
 def write_filter_run(run_dir: str | Path, docs: list[dict], records: list[dict]) -> None:
     """A run folder with its documents and a finished filter stage of ``records``
     (two shards), for the build stage to read."""
-    from toolformer.run.folder import Stage, write_documents
+    from toolformer.rundir.folder import StageFolder, write_documents
 
     write_documents(run_dir, docs)
-    filt = Stage(run_dir, "filter")
+    filt = StageFolder(run_dir, "filter")
     filt.begin("x")
     filt.write_shard(0, records[:3])
     filt.write_shard(1, records[3:])

@@ -8,10 +8,10 @@ from helpers import shard_records
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus.records import STAGE_RECORDS, fields
 from toolformer.lm.losses import is_kept
 from toolformer.pipeline import run_pipeline
-from toolformer.records import STAGE_RECORDS, fields
-from toolformer.run.folder import Stage
+from toolformer.rundir.folder import StageFolder
 from toolformer.stages import run_stage
 
 # The whole module annotates the shipped corpus end to end (sample, execute, filter).
@@ -74,7 +74,7 @@ def test_filter_records_have_every_field_and_kept_follows_losses(annotated):
             assert r["loss_minus"] == min(r["loss_none"], r["loss_no_result"])
             assert r["kept"] == is_kept(r["loss_minus"], r["loss_plus"], r["tau_filter"])
     assert any(r["kept"] for r in recs) and not all(r["kept"] for r in recs if r["loss_plus"] is not None)
-    m = Stage(run_dir, "filter").manifest()
+    m = StageFolder(run_dir, "filter").manifest()
     assert m["model"] == cfg.model.path
     assert sum(c["candidates"] for c in m["counts"]["per_tool"].values()) == len(recs)
     assert (run_dir / "config.yaml").exists() and (run_dir / "sample" / "documents.jsonl").exists()
@@ -84,7 +84,7 @@ def test_filter_leaves_out_only_losses_that_cannot_keep_a_call(annotated):
     """L(e(c, ε)) is computed only where L(ε) − L⁺ reaches tau_f; with all_losses (preflight's) it is computed for every
     candidate, and the same calls are kept with the same L(ε) and L⁺."""
     from toolformer.lm.modeling import load
-    from toolformer.run.folder import DocumentStore
+    from toolformer.rundir.folder import DocumentStore
     from toolformer.stages.filter import CandidateScorer
 
     cfg, run_dir, _ = annotated

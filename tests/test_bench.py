@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from toolformer.bench import main
+from toolformer.bench.speed import main
 
 
 @pytest.mark.slow
@@ -33,7 +33,7 @@ def test_bench_without_sharing_scores_more_tokens(capsys):
 
 @pytest.mark.slow
 def test_gpu_check_runs_on_the_cpu(capsys, monkeypatch, repo_root):
-    from toolformer.gpucheck import main as gpu_check
+    from toolformer.bench.gpucheck import main as gpu_check
 
     monkeypatch.chdir(repo_root)
     assert gpu_check(["--cpu"]) == 0
@@ -56,7 +56,7 @@ def test_tool_workers_bench(capsys, monkeypatch, repo_root):
 
 @pytest.mark.slow
 def test_constrained_bench_times_the_masking(capsys, monkeypatch, repo_root):
-    from toolformer.bench import bench_constrained
+    from toolformer.bench.decoding import bench_constrained
 
     monkeypatch.chdir(repo_root)
     out = bench_constrained([300], n_prompts=4, new_tokens=8)

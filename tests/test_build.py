@@ -6,7 +6,7 @@ import pytest
 from helpers import filter_record, write_filter_run, write_jsonl
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.run.folder import write_documents
+from toolformer.rundir.folder import write_documents
 from toolformer.stages.build import run_stage
 
 DOCS = [
@@ -147,12 +147,12 @@ def test_requires_filter_stage(tmp_path):
 
 
 def test_the_design_field_table_is_the_declared_records(repo_root):
-    from toolformer.records import markdown_table
+    from toolformer.corpus.records import markdown_table
 
     table = markdown_table()
-    assert "python -m toolformer.records" in (repo_root / "README.md").read_text(encoding="utf-8")
+    assert "python -m toolformer.corpus.records" in (repo_root / "README.md").read_text(encoding="utf-8")
     for doc in ("docs/design.md",):
         text = (repo_root / doc).read_text(encoding="utf-8")
         inside = text.split("<!-- records:begin -->\n", 1)[1].split("<!-- records:end -->", 1)[0]
-        assert inside == table, f"{doc}: the field table differs from toolformer/records.py; paste " \
-                                f"`python -m toolformer.records` between the records markers"
+        assert inside == table, f"{doc}: the field table differs from toolformer/corpus/records.py; paste " \
+                                f"`python -m toolformer.corpus.records` between the records markers"

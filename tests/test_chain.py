@@ -25,13 +25,6 @@ STYLE = get_style("plain")
 STEPS = re.compile(r"(\d+) (\S) (\d+), then (\S) (\d+)")
 
 
-@pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    from toolformer.lm.modeling import load_tokenizer
-
-    return load_tokenizer(tiny_model_dir)
-
-
 def chain_script(tok):
     """A "tuned" model for prompts ``... A op B, then op D ...``: it calls ``A op B``, copies the result r1 that
     the loop inserted from the text into ``r1 op D = [Calculator(r1 op D) →``, then copies r2. A call it may not
@@ -242,18 +235,18 @@ def test_build_inserts_the_calls_of_later_rounds(tmp_path):
     """A call the chain stage kept in round 2 goes into the original text with the filter's calls."""
     from helpers import filter_record, write_filter_run
 
-    from toolformer.run.folder import Stage
+    from toolformer.rundir.folder import StageFolder
     from toolformer.stages import run_stage
 
     text = "Had 24 jars at 37 coins and a fee of 150. The answer is 888 + 150 = 1038."
     at1, at2 = text.index("888"), text.index("1038")
     first = filter_record("d1", "Calculator", "24 * 37", "888", at1, 3.0, 1.0)
     write_filter_run(tmp_path, [{"doc_id": "d1", "text": text}], [first])
-    chain = Stage(tmp_path, "chain")
+    chain = StageFolder(tmp_path, "chain")
     chain.begin("x")
-    Stage(chain.dir, "round-2").write_shard(0, [filter_record("d1", "Calculator", "888 + 150", "1038", at2, 2.0, 1.0),
-                                                filter_record("d1", "Calculator", "888 * 150", "133200", at2, 2.0,
-                                                              3.0, kept=False)])
+    StageFolder(chain.dir, "round-2").write_shard(0, [
+        filter_record("d1", "Calculator", "888 + 150", "1038", at2, 2.0, 1.0),
+        filter_record("d1", "Calculator", "888 * 150", "133200", at2, 2.0, 3.0, kept=False)])
     chain.finish("x", 0, {})
     cfg = from_dict(PipelineConfig, {"run_dir": str(tmp_path), "chain": {"rounds": 2}}, "<test>")
     counts = run_stage("build", cfg).manifest["counts"]

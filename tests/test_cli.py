@@ -3,7 +3,7 @@ import json
 import pytest
 from helpers import run_cli
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 
 
 def test_help_lists_stage_commands():

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 from helpers import ROOT, run_cli
 
-from toolformer.cli import main
-from toolformer.config.load import MAX_NODES, ConfigError, config_hash, dump_yaml, load_config, to_dict
+from toolformer.cli.app import main
+from toolformer.config.load import ConfigError, config_hash, dump_yaml, load_config, to_dict
+from toolformer.config.safeyaml import MAX_NODES
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.modelfolder import SPEC_FILE, write_spec
 

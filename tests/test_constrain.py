@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scripted_lm import ScriptedLM, follow
 
-from toolformer.lm.constrain import CallGrammar, InputPattern, call_grammar
+from toolformer.lm.constrain import CallGrammar, call_grammar
 from toolformer.lm.generate import generate_with_tools
+from toolformer.lm.inputpattern import InputPattern
 from toolformer.tasks.metrics import model_answer
 from toolformer.tasks.score import call_counts
 from toolformer.tools import REGISTRY, build_tool
@@ -24,13 +25,6 @@ from toolformer.tools.sandbox import Sandbox
 
 STYLE = get_style("plain")
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    from toolformer.lm.modeling import load_tokenizer
-
-    return load_tokenizer(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")
@@ -274,7 +268,7 @@ def test_a_random_model_calling_at_every_step_writes_only_well_formed_calls(tiny
 
 
 def test_cli_generate_constrained(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     # tools without data files: the folder records no tools, and the defaults' data is not loaded
     assert main(["generate", "--model", tiny_model_dir, "--json", "--max-new-tokens", "8", "--constrained",

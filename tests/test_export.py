@@ -10,17 +10,11 @@ import pytest
 from helpers import filter_record, read_jsonl, write_build, write_filter_run
 from jsonschema import Draft202012Validator
 
-from toolformer.cli import EXPORT_FORMATS, main
+from toolformer.cli.app import main
+from toolformer.cli.parser import EXPORT_FORMATS
 from toolformer.config.schema import PipelineConfig
-from toolformer.inspect.export import (
-    FORMATS,
-    USER_TURN,
-    export_run,
-    round_trip,
-    segments_from,
-    tool_name,
-    wire_name,
-)
+from toolformer.inspect.chatformats import FORMATS, USER_TURN, round_trip, segments_from, tool_name, wire_name
+from toolformer.inspect.export import export_run
 from toolformer.pipeline import save_resolved_config
 from toolformer.stages.build import run_stage as build
 from toolformer.tools import build_tool

@@ -13,13 +13,13 @@ import pytest
 from helpers import filter_record, read_jsonl, shard_records, write_filter_run
 from jsonschema import Draft202012Validator
 
-from toolformer.cli import main
-from toolformer.cli_parser import TRL_EXPORT_FORMATS
+from toolformer.cli.app import main
+from toolformer.cli.parser import TRL_EXPORT_FORMATS
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus.records import margin
 from toolformer.inspect.chatformats import USER_TURN, add_text, inline_text, tool_name
 from toolformer.inspect.trl import FORMATS, NO_CALL, REJECTED_CALL, export_trl
-from toolformer.records import margin
-from toolformer.run.folder import Stage, read_documents, write_documents
+from toolformer.rundir.folder import StageFolder, read_documents, write_documents
 from toolformer.stages.build import run_stage as build
 from toolformer.tools import build_tool
 from toolformer.tools.calls import get_style, insert_calls
@@ -237,7 +237,7 @@ def test_dpo_pairs_of_the_filters_judgements(run_dir, capsys):
 def write_judged_run(run_dir: Path, docs: list[dict], records: list[dict]) -> None:
     """Documents and a finished filter stage of ``records`` in one shard."""
     write_documents(run_dir, docs)
-    stage = Stage(run_dir, "filter")
+    stage = StageFolder(run_dir, "filter")
     stage.begin("x")
     stage.write_shard(0, records)
     stage.finish("x", 0, {"per_tool": {}})

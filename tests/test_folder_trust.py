@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from toolformer.api import ToolformerModel
-from toolformer.cli import main
+from toolformer.cli.app import main
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.foldertrust import FolderTrustError
@@ -170,7 +170,7 @@ def test_data_inside_the_folder_needs_no_opt_in(tmp_path, tiny_model_dir):
 
 
 def test_evaluate_refuses_a_folder_row_that_needs_trust(tmp_path, tiny_model_dir):
-    from toolformer.cli import build_parser
+    from toolformer.cli.parser import build_parser
     from toolformer.stages.evaluate import EvalVariant, row_configs
 
     mark = tmp_path / "ran"

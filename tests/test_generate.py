@@ -16,13 +16,6 @@ FILLERS = [" 1", " 2", " 3", " 4", " 6", " 8", " 9", " a", " b", " c"]
 
 
 @pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    from toolformer.lm.modeling import load_tokenizer
-
-    return load_tokenizer(tiny_model_dir)
-
-
-@pytest.fixture(scope="module")
 def sandbox():
     tools = {n: build_tool(n) for n in ("Calculator", "Calendar")}
     return Sandbox(tools, timeout_s=5.0, forbidden_markers=("[", "]", "→"))
@@ -218,7 +211,7 @@ def test_real_model_with_every_token_triggering(tiny_model_dir, tok, sandbox):
 
 
 def test_cli_generate_json(tiny_model_dir, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     assert main(["generate", "--model", tiny_model_dir, "--json", "--max-new-tokens", "3", "--disabled",
                  "one", "two"]) == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import run_cli, shard_lines
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 
 ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("sample", "execute", "filter")

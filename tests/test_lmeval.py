@@ -1,4 +1,4 @@
-"""The lm-evaluation-harness model ``toolformer`` (toolformer/lmeval/): its arguments, generation with tools,
+"""The lm-evaluation-harness model ``toolformer`` (toolformer/integrations/): its arguments, generation with tools,
 log-likelihoods with tools disabled, ``toolformer lm-eval`` and the package without lm-eval."""
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 
 pytest.importorskip("lm_eval")
 
 from lm_eval.api.instance import Instance  # noqa: E402
 
 from toolformer.api import ToolformerModel  # noqa: E402
-from toolformer.lmeval.model import ToolformerLM, cut_at_stop  # noqa: E402
+from toolformer.integrations.lmeval_model import ToolformerLM, cut_at_stop  # noqa: E402
 from toolformer.tools.calls import get_style  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -153,19 +153,19 @@ def test_toolformer_lm_eval_runs_lm_evals_cli_with_the_model(tiny_model_dir, tmp
 
 
 def test_without_lm_eval_the_package_works_and_says_what_to_install(monkeypatch, capsys):
-    """lm-eval is imported only by toolformer/lmeval/model.py (at its top) and inside functions of
-    toolformer/lmeval/__init__.py; without it the command and the import say how to install it."""
+    """lm-eval is imported only by toolformer/integrations/lmeval_model.py (at its top) and inside functions of
+    toolformer/integrations/lmeval.py; without it the command and the import say how to install it."""
     for f in (ROOT / "toolformer").rglob("*.py"):
         tree = ast.parse(f.read_text(encoding="utf-8"))
         top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
         names = [a.name for n in top if isinstance(n, ast.Import) for a in n.names]
         names += [n.module or "" for n in top if isinstance(n, ast.ImportFrom)]
-        if f != ROOT / "toolformer" / "lmeval" / "model.py":
+        if f != ROOT / "toolformer" / "integrations" / "lmeval_model.py":
             assert not any(m.split(".")[0] == "lm_eval" for m in names), f
     monkeypatch.setitem(sys.modules, "lm_eval", None)
     assert main(["lm-eval", "run", "--model", "toolformer"]) == 2
     assert "pip install 'toolformer[lmeval]'" in capsys.readouterr().err
-    import toolformer.lmeval as pkg
+    import toolformer.integrations.lmeval as pkg
 
     with pytest.raises(ImportError, match=r"toolformer\[lmeval\]"):
         pkg.register()

@@ -1,5 +1,5 @@
-"""lm-evaluation-harness tasks of local files (``toolformer tasks lmeval``, toolformer/tasks/lmeval.py): what they
-hold, the shipped tasks of the small world's evaluation sets, and the same accuracy through ``toolformer
+"""lm-evaluation-harness tasks of local files (``toolformer tasks lmeval``, toolformer/integrations/lmeval_tasks.py):
+what they hold, the shipped tasks of the small world's evaluation sets, and the same accuracy through ``toolformer
 evaluate``, ``toolformer score`` and ``lm_eval`` with the toolformer model."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import pytest
 import yaml
 from helpers import read_jsonl
 
-from toolformer.cli import main
+from toolformer.cli.app import main
+from toolformer.integrations.lmeval_tasks import process_results, write_task
 from toolformer.tasks import load_task
-from toolformer.tasks.lmeval import process_results, write_task
 from toolformer.tasks.score import score_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,7 +54,7 @@ def task_yaml(folder: Path, name: str) -> dict:
 def docs_of(folder: Path, name: str) -> list[dict]:
     """The documents lm-eval reads for task ``name`` written in ``folder``: its ``custom_dataset`` hook called
     as lm-eval calls it (the task's dataset_kwargs and metadata, the model's arguments)."""
-    from toolformer.tasks.lmeval import load_docs
+    from toolformer.integrations.lmeval_tasks import load_docs
 
     spec = task_yaml(folder, name)
     assert spec["custom_dataset"] == "!function utils.load_docs" and spec["test_split"] == "test"
@@ -142,7 +142,7 @@ def test_same_accuracy_through_evaluate_score_and_lm_eval(world, tmp_path):
     from lm_eval.tasks import TaskManager
 
     from toolformer.api import ToolformerModel
-    from toolformer.lmeval.model import ToolformerLM
+    from toolformer.integrations.lmeval_model import ToolformerLM
     from toolformer.stages import evaluate as ev_stage
 
     cfg = dataclasses.replace(world, run_dir=str(tmp_path / "run"))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.tools.lookahead import reads_ahead
@@ -51,12 +51,12 @@ def _sampled_run(run_dir: Path, model_dir) -> None:
     from transformers import AutoTokenizer
 
     from toolformer.lm.textpos import tokenize_text
-    from toolformer.run.folder import Stage, write_documents
-    from toolformer.run.guard import mark
+    from toolformer.rundir.folder import StageFolder, write_documents
+    from toolformer.rundir.guard import mark
 
     mark(run_dir)
     starts = tokenize_text(AutoTokenizer.from_pretrained(model_dir), TEXT).char_starts
-    stage = Stage(run_dir, "sample")
+    stage = StageFolder(run_dir, "sample")
     stage.begin("sampled")
     write_documents(run_dir, [{"doc_id": "d0", "text": TEXT, "date": None}])
     records = []

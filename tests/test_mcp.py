@@ -13,7 +13,7 @@ def test_mcp_serve_lists_and_calls_the_tools(capsys):
     from mcp.client.session import ClientSession
     from mcp.client.stdio import stdio_client
 
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     assert main(["tools", "list", "--format", "mcp", "--config", "configs/tiny.yaml"]) == 0
     listed = json.loads(capsys.readouterr().out)["tools"]

@@ -199,7 +199,7 @@ def test_tools_list_shows_the_servers_schemas_never_its_descriptions_unless_aske
     from mcp.client.session import ClientSession
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     entry = server("words", "gazetteer", ["lookup", "add", "echo"], pids, aliases={"add": "Add"})
     config(tmp_path, {"enabled": ["words.lookup", "Add", "words.echo", "Calculator"], "mcp_servers": [entry]})
@@ -284,7 +284,7 @@ def test_side_effect_tools_refused_unless_allowed(tmp_path, pids):
 
 @pytest.mark.slow
 def test_hang_death_and_flood_are_error_records_while_the_stage_finishes(tmp_path, pids):
-    from toolformer.run.folder import Stage
+    from toolformer.rundir.folder import StageFolder
     from toolformer.stages import execute, run_stage, stage_hash
 
     cfg = config(tmp_path, {
@@ -300,7 +300,7 @@ def test_hang_death_and_flood_are_error_records_while_the_stage_finishes(tmp_pat
     write_jsonl(run_dir / "sample" / "shard-00000.jsonl",
                 [{"doc_id": "a", "tool": t, "input": x, "position": 0, "char_start": 0, "p_i": None,
                   "source": "rules"} for t, x in calls])
-    Stage(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
+    StageFolder(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
     t0 = time.perf_counter()
     execute.run_stage(cfg)
     assert time.perf_counter() - t0 < 30
@@ -328,7 +328,7 @@ def test_hang_death_and_flood_are_error_records_while_the_stage_finishes(tmp_pat
 def test_a_flooding_server_gives_too_long_and_nothing_of_it_is_kept(tmp_path, pids):
     """5 MB from one call: a `too_long` record, a small shard, the stage goes on. The timeout is generous,
     so that reading 5 MB on a loaded machine is not mistaken for a hang."""
-    from toolformer.run.folder import Stage
+    from toolformer.rundir.folder import StageFolder
     from toolformer.stages import execute, run_stage, stage_hash
 
     cfg = config(tmp_path, {"enabled": ["flood.flood", "Calculator"], "timeout_s": 60.0, "max_result_chars": 100,
@@ -339,7 +339,7 @@ def test_a_flooding_server_gives_too_long_and_nothing_of_it_is_kept(tmp_path, pi
     write_jsonl(run_dir / "sample" / "shard-00000.jsonl",
                 [{"doc_id": "a", "tool": t, "input": x, "position": 0, "char_start": 0, "p_i": None,
                   "source": "rules"} for t, x in (("flood.flood", "x"), ("Calculator", "1 + 2"))])
-    Stage(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
+    StageFolder(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
     execute.run_stage(cfg)
     recs = shard_records(run_dir, "execute")
     assert [(r["tool"], (r["error"] or {}).get("code")) for r in recs] == [("flood.flood", "too_long"),

@@ -15,10 +15,11 @@ import pytest
 from helpers import write_build
 
 from toolformer.api import ToolformerModel
-from toolformer.cli import main, settings_argv
+from toolformer.cli.app import main
+from toolformer.cli.interact import collect_prompts, looks_like_setting
+from toolformer.cli.parser import settings_argv
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.interact import collect_prompts, looks_like_setting
 from toolformer.lm.foldertrust import FolderTrustError
 from toolformer.lm.modelfolder import SPEC_FILE, folder_settings, read_spec, write_spec
 

@@ -1,5 +1,5 @@
 """The annotation stages split across the processes of a launch
-(toolformer.run.parallel): the records equal a one-process run, and a rank
+(toolformer.rundir.parallel): the records equal a one-process run, and a rank
 killed mid-stage resumes to the same records, with any number of processes."""
 
 import json

@@ -14,9 +14,9 @@ from helpers import ROOT, run_cli, write_jsonl
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.preflight import KEYS, TOOL_KEYS, run_preflight, verdict
-from toolformer.preflight_tokens import check_tokenizer
-from toolformer.preflight_work import count_documents, estimate_work
+from toolformer.preflight.check import KEYS, TOOL_KEYS, run_preflight, verdict
+from toolformer.preflight.tokens import check_tokenizer
+from toolformer.preflight.work import count_documents, estimate_work
 from toolformer.tools.calls import add_call_tokens, get_style
 
 TOOLS = {"Calculator": "400 / 1400", "QA": "Where does the Danube end?"}
@@ -192,7 +192,7 @@ def test_work_estimate_scales_with_the_corpus_size():
 
 
 def test_count_documents_counts_a_small_corpus_and_estimates_a_large_one(tmp_path, monkeypatch):
-    import toolformer.preflight_work as work
+    import toolformer.preflight.work as work
 
     path = tmp_path / "c.jsonl"
     write_jsonl(path, [{"id": f"{i:03d}", "text": f"Document {i:03d} says {i * 7:04d} things."} for i in range(500)])
@@ -235,7 +235,7 @@ def test_verdict_thresholds():
 
 
 def test_bad_config_exits_2(tmp_path, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     assert main(["preflight", "--config", "configs/tiny.yaml", f"model.path={tmp_path / 'none'}"]) == 2
     assert "model.path" in capsys.readouterr().err

@@ -1,15 +1,17 @@
+"""The small world's base model (toolformer.smallworld.pretrain): one trained with TINY settings on the SMALL
+world, once for the module, loads with its record and probe; its tokenizer keeps the markers, digits and tool names
+whole; rows start with BOS; the probes (copy and call items, ``toolformer world probe``); a shipped base model
+copied when it matches, continued with ``init_from``, refused when an older format. (Its tokenizer's settings:
+test_pretrain_tokenizer.py; its key and the shipped demo base models: test_pretrain_key.py.)"""
+
 import json
 import math
 
 import pytest
-from test_world import SMALL, small_cfg
+from worlds import SMALL, TINY, small_cfg
 
 from toolformer.smallworld.config import PretrainConfig
 from toolformer.smallworld.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
-
-TINY = dict(vocab_size=700, hidden=16, layers=1, heads=2, positions=64, seq_len=32, batch_size=4, max_steps=3,
-            eval_every=2, dev_docs=20, probe_items=6, threads=1, shipped="", init_from="", learning_rate=3e-3,
-            digits_apart=False, prefix_space=False)
 
 
 @pytest.fixture(scope="module")
@@ -81,68 +83,6 @@ def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
         check_tokenizer(train_tokenizer(["plain words only"], vocab_size=120))
 
 
-def test_digits_apart_gives_a_number_the_same_tokens_in_text_and_call():
-    """With ``digits_apart`` the first operand of a call (after ``(``) is the same tokens as the number in the
-    text (after a space); by default the text's first digit carries the space and the call's does not."""
-    from toolformer.lm.tokenizer import train_tokenizer
-    from toolformer.smallworld.pretrain import WORLD_TOOLS, check_tokenizer
-
-    texts = ["Rosa had 4723 cups. [Calculator(4723 + 8738) → 13461] 13461 cups in all, Rosa said.",
-             *[f"[{name}(" for name in WORLD_TOOLS]] * 40
-    text = " had 4723 cups [Calculator(4723 + 8738) → 13461] 13461"
-    apart = train_tokenizer(texts, vocab_size=160, digits_apart=True)
-    pieces = apart.tokenize(text)
-    assert pieces[:7] == [" had", " ", "4", "7", "2", "3", " cups"], pieces
-    call = pieces.index("(")
-    assert pieces[call + 1 : call + 5] == ["4", "7", "2", "3"] and pieces[call + 5 : call + 7] == [" +", " "]
-    assert " 4" not in apart.get_vocab()
-    joined = train_tokenizer(texts, vocab_size=160).tokenize(text)
-    assert joined[1] == " 4" and joined[joined.index("(") + 1] == "4"
-    check_tokenizer(apart, digits_apart=True)
-    with pytest.raises(ValueError, match="' 1' is 2 tokens"):
-        check_tokenizer(apart)
-    assert apart.tokenize(" 19") == [" ", "1", "9"]  # the space before a number is a token of its own
-    assert apart.decode(apart(text, add_special_tokens=False)["input_ids"]) == text
-
-
-def test_prefix_space_gives_a_prompts_first_number_the_tokens_it_has_after_a_space(tmp_path):
-    """With ``prefix_space`` a text that opens with a number (or a word) is encoded as the same number later in a
-    text: ``" "`` then its digits. The setting survives save and load, is applied once, keeps the required pieces
-    whole, and the character offsets still place a call before the first number."""
-    from transformers import AutoTokenizer
-
-    from toolformer.lm.textpos import tokenize_text
-    from toolformer.lm.tokenizer import has_prefix_space, set_prefix_space, train_tokenizer
-    from toolformer.smallworld.pretrain import WORLD_TOOLS, check_tokenizer
-    from toolformer.tools.calls import insert_calls
-
-    texts = ["51 families had 4723 cups. [Calculator(4723 / 51) → 92.6] 93 cups each, Rosa said.",
-             *[f"[{name}(" for name in WORLD_TOOLS]] * 40
-    plain = train_tokenizer(texts, vocab_size=160, digits_apart=True)
-    spaced = train_tokenizer(texts, vocab_size=160, digits_apart=True, prefix_space=True)
-    assert plain.tokenize("51 families") == ["5", "1", " families"]
-    assert spaced.tokenize("51 families") == [" ", "5", "1", " families"] == plain.tokenize(" 51 families")
-    assert spaced.tokenize("Rosa said") == plain.tokenize(" Rosa said")
-    assert not has_prefix_space(plain) and has_prefix_space(spaced)
-    set_prefix_space(spaced)  # a second time changes nothing
-    assert spaced.tokenize("5") == [" ", "5"]
-    check_tokenizer(spaced, digits_apart=True)
-
-    spaced.save_pretrained(tmp_path)
-    loaded = AutoTokenizer.from_pretrained(tmp_path)
-    assert has_prefix_space(loaded) and loaded.tokenize("51 families") == [" ", "5", "1", " families"]
-
-    text = "51 families had 4723 cups."
-    tt = tokenize_text(loaded, text)
-    assert len(tt.ids) == len(loaded(text, add_special_tokens=False)["input_ids"])
-    four = tt.ids.index(loaded.convert_tokens_to_ids("4"))
-    assert text[tt.char_starts[four]:].startswith("4723")
-    assert insert_calls(text, [(tt.char_starts[four], "[Calculator(51 * 2) → 102]")]) == \
-        "51 families had [Calculator(51 * 2) → 102] 4723 cups."
-    assert tt.char_starts[0] == tt.char_starts[1] == 0  # the added space and the first digit both start the text
-
-
-@pytest.mark.parametrize("arch", ["gpt2", "llama"])
 def test_build_model_shapes(pretrained, arch):
     from transformers import AutoTokenizer
 
@@ -234,7 +174,7 @@ def test_call_items_corrupt_the_argument_the_tool_needs(pretrained):
 
 
 def test_cli_probe_on_the_base_model(pretrained, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     cfg, out = pretrained
     overrides = [f"world.{k}={str(v).lower()}" for k, v in SMALL.items()] + ["pretrain.probe_items=4"]
@@ -332,60 +272,8 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
         pretrain_base_model(wider)
 
 
-# The demo's base model comes in two phases: data/world-base-start from scratch on the corpus without the extra
-# forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
-# docs/small-world.md, "The base model").
-START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", "pretrain.init_from=",
-                   "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3", "pretrain.prefix_space=false",
-                   "world.scene_forms=false"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("phase", ["start", "demo"])
-def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkeypatch):
-    """data/world-base is what `toolformer world pretrain --config configs/demo.yaml` records for today's code,
-    format and config, and data/world-base-start what the same command with START_OVERRIDES records: same key,
-    steps and weights hash."""
-    from pathlib import Path
-
-    from toolformer.run.folder import FORMAT
-    from toolformer.smallworld.config import load_smallworld
-    from toolformer.smallworld.generator import world_paths
-    from toolformer.smallworld.pretrain import pretrain_key, sha256_file
-
-    root = Path(__file__).resolve().parent.parent
-    monkeypatch.chdir(root)  # the config's folders are relative to the repository
-    cfg = load_smallworld(root / "configs" / "demo.yaml",
-                          [*(START_OVERRIDES if phase == "start" else []), f"run_dir={tmp_path}"])
-    shipped = root / (cfg.pretrain.shipped + ("-start" if phase == "start" else ""))
-    record = json.loads((shipped / "pretrain.json").read_text())
-    assert record["format"] == FORMAT
-    assert record["key"] == pretrain_key(cfg), \
-        f"the demo config or the world generator changed: retrain {shipped.name} (see docs/small-world.md)"
-    assert record["steps"] == cfg.pretrain.max_steps
-    assert record["model_sha256"] == sha256_file(shipped / "model.safetensors")
-    if phase == "demo":
-        assert record["init_from"]["model_sha256"] == sha256_file(root / cfg.pretrain.init_from / "model.safetensors")
-    assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"])
-
-
-def test_pretrain_key_follows_the_texts_not_the_settings_that_leave_them(tmp_path):
-    """The base model's key hashes what pre-training reads: the two-step documents (after the corpus_docs others)
-    and the evaluation sets leave it as it is; a setting that changes the pre-training text or the tokenizer's
-    texts changes it; so does the format."""
-    from unittest import mock
-
-    from toolformer.smallworld.pretrain import pretrain_key
-
-    def key(name: str, **world) -> str:
-        cfg = small_cfg(tmp_path / name, **world)
-        cfg.pretrain = PretrainConfig(**TINY)
-        return pretrain_key(cfg)
-
-    base = key("base")
-    assert key("no-twostep", twostep_docs=0, eval_twostep=0, eval_math=5, eval_qa=4) == base
-    assert key("cues", cuecall_share=0.2) != base  # the pre-training text
-    assert key("corpus", corpus_docs=SMALL["corpus_docs"] - 1) != base  # the tokenizer's texts
     with mock.patch("toolformer.smallworld.pretrain.FORMAT", 99):
         assert key("base") != base
 
@@ -408,24 +296,3 @@ def test_a_base_model_of_an_older_format_is_refused(pretrained, tmp_path, capsys
     with pytest.raises(ValueError, match=r"old/pretrain.json: written by an older toolformer .*--force"):
         pretrain_base_model(here)
     shipped = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, shipped=str(old),
-                                                                    output_dir=str(tmp_path / "copy")))
-    with pytest.raises(ValueError, match=r"old/pretrain.json: written by an older toolformer .*pretrain.shipped"):
-        pretrain_base_model(shipped)
-    assert pretrain_base_model(here, force=True) == old
-    assert json.loads((old / "pretrain.json").read_text())["format"] == 2
-
-
-def test_tokenizer_and_probe_texts_leave_the_twostep_documents_out(tmp_path):
-    """The tokenizer and the copy probe read the same texts with and without the two-step documents, so the
-    base model does not depend on them (hence pretrain_key may leave them out)."""
-    from toolformer.smallworld import generate_world
-    from toolformer.smallworld.pretrain import tokenizer_texts
-
-    with_two = generate_world(small_cfg(tmp_path / "a"))
-    without = generate_world(small_cfg(tmp_path / "b", twostep_docs=0, eval_twostep=0))
-    assert SMALL["twostep_docs"]
-    assert with_two["corpus"].read_bytes() != without["corpus"].read_bytes()
-    n = SMALL["corpus_docs"]
-    assert tokenizer_texts(with_two, n) == tokenizer_texts(without, n) == tokenizer_texts(without)
-    for tool in ("Calculator", "QA"):
-        assert probe_items(with_two["corpus"], tool, 50, 0, n) == probe_items(without["corpus"], tool, 50, 0)

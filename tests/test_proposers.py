@@ -5,11 +5,6 @@ from toolformer.lm.textpos import tokenize_text
 from toolformer.stages.proposers import calculator_prefilter, calendar_prefilter, propose
 
 
-@pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
-
-
 @pytest.mark.parametrize("text, expected", [
     ("Sold 340 eggs and 275 more, 615 in all.", True),      # 340 + 275 = 615
     ("We had 96 pupils in 8 groups of 12.", True),          # 96 / 8 = 12

@@ -2,7 +2,7 @@
 
 Every shell command in README.md's code blocks (bash, console and plain blocks; lines that start with
 ``toolformer``, ``bash scripts/``, ``python -m``, ``python scripts/``, ``accelerate`` or ``.venv/bin/``) is
-checked without heavy work: a ``toolformer`` command parses as :func:`toolformer.cli.main` parses it and its
+checked without heavy work: a ``toolformer`` command parses as :func:`toolformer.cli.app.main` parses it and its
 settings load; the configs, scripts, data and modules it names exist; a script is valid bash and finds
 ``.venv`` itself. The cheap ones then run for real in a fresh shell (``.venv/bin`` first on PATH, as
 ``source .venv/bin/activate`` gives), and a console block's shown output must be what they print."""
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.cli import PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
+from toolformer.cli.parser import PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 
@@ -39,7 +39,7 @@ REPO_PATH = re.compile(r"^(configs|scripts|data|tests)/")
 MADE_BY_DEMOS = ("runs/demo/", "runs/tiny-model")
 # toolformer commands cheap enough to run for real: seconds, nothing trained or downloaded.
 CHEAP_SUBCOMMANDS = ("tool", "tools", "tiny-model", "tasks")
-CHEAP_MODULES = ("toolformer.records",)
+CHEAP_MODULES = ("toolformer.corpus.records",)
 README_MAX_LINES = 450
 
 
@@ -134,7 +134,7 @@ def readme_commands(text: str | None = None) -> list[Command]:
 
 
 def parse_toolformer(argv: list[str]) -> tuple[argparse.Namespace | None, str]:
-    """``toolformer ARGV`` parsed as :func:`toolformer.cli.main` parses it: (arguments, error). A help
+    """``toolformer ARGV`` parsed as :func:`toolformer.cli.app.main` parses it: (arguments, error). A help
     request gives (None, '')."""
     parser = build_parser()
     argv, settings = settings_argv(tool_argv(list(argv)))
@@ -173,7 +173,7 @@ def toolformer_problems(argv: list[str]) -> list[str]:
     if config and not named_path_exists(config):
         return [f"--config {config} does not exist"]
     if args.command in PROMPT_COMMANDS:
-        from toolformer.interact import looks_like_setting
+        from toolformer.cli.interact import looks_like_setting
 
         problems = [f"prompt {p!r} reads as a setting" for p in args.prompts if looks_like_setting(p)]
         if problems:

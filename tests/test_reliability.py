@@ -141,10 +141,10 @@ def test_hostile_tools_contained_while_the_execute_stage_finishes(tiny_model_dir
     cfg = load_config(PipelineConfig, None, [f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
                                              "tools.enabled=[Hang, Crash, Megabytes, Calculator]",
                                              "tools.timeout_s=0.5", "tools.max_result_chars=100"])
-    from toolformer.run.folder import Stage
+    from toolformer.rundir.folder import StageFolder
     from toolformer.stages import execute, stage_hash
 
-    Stage(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
+    StageFolder(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
     t0 = time.perf_counter()
     execute.run_stage(cfg)
     assert time.perf_counter() - t0 < 30

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.smallworld.config import load_smallworld

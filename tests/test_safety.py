@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from helpers import jsonl, run_cli, shard_lines, write_build
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 from toolformer.config.schema import CorpusConfig
-from toolformer.corpus import read_corpus
-from toolformer.run.guard import LOCK, MARKER, RunFolderError, claim
+from toolformer.corpus.reader import read_corpus
+from toolformer.rundir.guard import LOCK, MARKER, RunFolderError, claim
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = ROOT / "data" / "corpus.jsonl"
@@ -36,7 +36,7 @@ def snapshot(folder: Path) -> dict:
 
 HOLDER = """
 import sys, time
-from toolformer.run.guard import claim
+from toolformer.rundir.guard import claim
 with claim(sys.argv[1]):
     print("held", flush=True)
     time.sleep(120)
@@ -162,9 +162,9 @@ def test_new_and_empty_folders_are_marked_and_used(tiny_model_dir, tmp_path, mon
 
 
 def test_force_deletes_only_the_stages_own_files(tmp_path):
-    from toolformer.run.folder import Stage
+    from toolformer.rundir.folder import StageFolder
 
-    stage = Stage(tmp_path / "run", "sample")
+    stage = StageFolder(tmp_path / "run", "sample")
     stage.begin("a")
     stage.write_shard(0, [{"x": 1}])
     stage.write_rejected([{"r": 1}])
@@ -267,7 +267,7 @@ def test_compressed_never_read_as_text_and_unknown_suffix_refused(tmp_path):
 # -- 4. paths that do not exist ------------------------------------------------------------------
 
 def test_looks_local():
-    from toolformer.run.inputs import looks_local
+    from toolformer.rundir.inputs import looks_local
 
     assert all(looks_local(p) for p in ("./m", "/m", "~/m", "runs/none", "data/none", "a/b/c", "corpus.jsonl"))
     assert not any(looks_local(p) for p in ("gpt2", "EleutherAI/pythia-1.4b", "someorg/somemodel"))

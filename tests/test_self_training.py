@@ -10,7 +10,7 @@ from helpers import shard_records, write_build, write_jsonl
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.run.folder import Stage
+from toolformer.rundir.folder import StageFolder
 from toolformer.stages import run_stage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -61,7 +61,7 @@ def test_the_round1_model_proposes_its_own_call_without_a_prompt(round1, tmp_pat
     assert right and all(r["source"] == "sampler" and TEXT[r["char_start"]:].startswith("484") for r in right)
     assert right[0]["p_i"] > 0.5  # the tuned model puts its call-start there, with no prompt
     assert not any("→" in r["input"] or "484" in r["input"] for r in records)  # its own result is not taken
-    sample = Stage(cfg.run_dir, "sample").manifest()
+    sample = StageFolder(cfg.run_dir, "sample").manifest()
     assert sample["model"] == str(model)
     assert sample["counts"]["per_tool"]["QA"]["candidates"] == len([r for r in records if r["tool"] == "QA"])
 
@@ -69,11 +69,11 @@ def test_the_round1_model_proposes_its_own_call_without_a_prompt(round1, tmp_pat
     run_stage("execute", cfg)
     run_stage("filter", cfg)
     base = {r["input"]: r for r in shard_records(cfg.run_dir, "filter") if r["tool"] == "QA"}
-    assert Stage(cfg.run_dir, "filter").manifest()["model"] == tiny_model_dir
+    assert StageFolder(cfg.run_dir, "filter").manifest()["model"] == tiny_model_dir
     judged = round2_config(root, tmp_path, tiny_model_dir, model, f"filter.model={model}")
     assert not run_stage("filter", judged).skipped
     by_round1 = {r["input"]: r for r in shard_records(cfg.run_dir, "filter") if r["tool"] == "QA"}
-    assert Stage(cfg.run_dir, "filter").manifest()["model"] == str(model)
+    assert StageFolder(cfg.run_dir, "filter").manifest()["model"] == str(model)
     call = "How long is the Ketey?"
     assert base[call]["result"] == by_round1[call]["result"] == "484"
     assert base[call]["loss_plus"] != pytest.approx(by_round1[call]["loss_plus"])

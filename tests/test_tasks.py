@@ -247,7 +247,7 @@ def test_missing_file_and_unknown_format(tmp_path):
 
 # -- the two commands -------------------------------------------------------------
 def test_tasks_check_and_score_commands(tmp_path, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     assert main(["tasks", "check", str(FIX / "ASDiv.xml")]) == 0
     out = capsys.readouterr().out

@@ -17,9 +17,10 @@ import pytest
 from helpers import ROOT, read_jsonl, run_cli, write_jsonl
 
 from toolformer.config.schema import CorpusConfig
-from toolformer.corpus import PIECE, pieces, read_corpus, shard_groups
-from toolformer.run import stops
-from toolformer.run.folder import chunked
+from toolformer.corpus.reader import read_corpus
+from toolformer.corpus.windows import PIECE, pieces, shard_groups
+from toolformer.rundir import stops
+from toolformer.rundir.sharding import chunked
 
 WORDS = ["the", "river", "mill", "market", "town", "council", "harbour", "boats", "sold", "bought", "north", "south",
          "old", "new", "bridge", "road"]
@@ -188,7 +189,7 @@ def test_a_long_document_is_cut_into_pieces_each_ending_its_shard():
 
 # The peak resident size of this process alone: VmHWM belongs to the address space that execve made (getrusage's
 # ru_maxrss is kept across execve, so it would count a large parent such as a long pytest session).
-RSS = ("import re, sys\nfrom toolformer.cli import main\nrc = main(sys.argv[1:])\n"
+RSS = ("import re, sys\nfrom toolformer.cli.app import main\nrc = main(sys.argv[1:])\n"
        "hwm = re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)\n"
        "print('maxrss_kib', hwm, file=sys.stderr)\nsys.exit(rc)\n")
 
@@ -245,10 +246,10 @@ def test_a_signal_drops_the_work_in_progress_at_once_but_not_a_write():
 
 
 def test_sigterm_during_a_hanging_tool_call_stops_execute_at_once(tiny_model_dir, tmp_path, monkeypatch, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
     from toolformer.config.load import load_config
     from toolformer.config.schema import PipelineConfig
-    from toolformer.run.folder import Stage, write_documents
+    from toolformer.rundir.folder import StageFolder, write_documents
     from toolformer.stages import stage_hash
     from toolformer.tools import REGISTRY, Tool
 
@@ -262,7 +263,7 @@ def test_sigterm_during_a_hanging_tool_call_stops_execute_at_once(tiny_model_dir
     run_dir = tmp_path / "run"
     settings = [f"run_dir={run_dir}", f"model.path={tiny_model_dir}", "tools.enabled=[Hang, Calculator]",
                 "tools.timeout_s=300", "tools.concurrency=2"]
-    sample = Stage(run_dir, "sample")
+    sample = StageFolder(run_dir, "sample")
     sample.begin("x")
     write_documents(run_dir, [{"doc_id": "a", "text": "x y z", "date": None}])
     call = {"doc_id": "a", "position": 0, "char_start": 0, "p_i": None, "source": "rules"}

@@ -79,20 +79,20 @@ def test_follower_lowers_the_count_while_another_process_runs_and_restores_it(tm
 
 def test_a_set_count_is_kept_and_a_launch_shares_the_cores():
     assert th.set_threads(3) == 3 and torch.get_num_threads() == 3
-    assert th.follower() is None
+    assert th._FOLLOWER is None
     cores = len(th.usable_cores())
     assert th.set_threads(0, share=2) == max(1, cores // 2)
-    assert th.follower() is None  # each process of a launch keeps its share
+    assert th._FOLLOWER is None  # each process of a launch keeps its share
 
 
 def test_alone_on_several_cores_the_count_follows_the_load(monkeypatch):
     monkeypatch.setattr(th, "usable_cores", lambda: [0, 1])
     monkeypatch.setattr(th, "busy_seconds", lambda cpus, stat=th.PROC_STAT: 5.0)
     assert th.set_threads(0, share=1) == 2
-    assert th.follower() is not None
+    assert th._FOLLOWER is not None
     monkeypatch.setattr(th, "busy_seconds", lambda cpus, stat=th.PROC_STAT: None)  # not Linux
     th.set_threads(0, share=1)
-    assert th.follower() is None
+    assert th._FOLLOWER is None
 
 
 def test_the_model_hook_ticks_the_follower_on_each_forward(tiny_model_dir):
@@ -115,7 +115,7 @@ def test_the_model_hook_ticks_the_follower_on_each_forward(tiny_model_dir):
 
 
 def test_the_contention_benchmark_reports_ratios_per_policy(monkeypatch):
-    from toolformer import bench_contention as bc
+    from toolformer.bench import contention as bc
 
     monkeypatch.setattr(bc, "SPIN", "import time; time.sleep(30)")  # a stand-in that costs no core
     model = torch.nn.Linear(2, 2)

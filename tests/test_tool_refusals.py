@@ -11,13 +11,13 @@ import time
 import pytest
 from helpers import mcp_serve_params
 
-from toolformer.cli import main
+from toolformer.cli.app import main
 from toolformer.tools import ToolError, calculate
 from toolformer.tools import wikisearch as wikisearch_module
-from toolformer.tools.base import Tool
+from toolformer.tools.base import Tool, uninterrupted
 from toolformer.tools.calculator import Calculator
 from toolformer.tools.qa import QA
-from toolformer.tools.sandbox import Sandbox, uninterrupted
+from toolformer.tools.sandbox import Sandbox
 from toolformer.tools.wikisearch import WikiSearch
 
 

@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from toolformer.config.schema import ToolsConfig
+from toolformer.config.tools import ToolsConfig
 from toolformer.tools import REGISTRY, Tool, ToolError, build_tool, render_prompt
 from toolformer.tools.calls import STYLES
 from toolformer.tools.sandbox import Sandbox
@@ -240,7 +240,7 @@ def test_arguments_are_validated_before_a_call_with_a_hint():
 
 @pytest.mark.parametrize("fmt", ["json", "openai", "anthropic", "mcp"])
 def test_tools_list_in_each_wire_format(fmt, capsys):
-    from toolformer.cli import main
+    from toolformer.cli.app import main
 
     assert main(["tools", "list", "--format", fmt, "--all"]) == 0
     out = json.loads(capsys.readouterr().out)

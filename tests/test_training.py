@@ -7,15 +7,12 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from toolformer.lm.checkpoints import checkpoint_dirs
 from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, pack_sequences
-from toolformer.lm.training import TrainArgs, checkpoint_dirs, lr_factor, train_causal_lm
+from toolformer.lm.trainargs import TrainArgs, lr_factor
+from toolformer.lm.training import train_causal_lm
 
 TEXTS = [f"The town of Vell has {i} people and [Calculator({i} * 3) → {i * 3}] {i * 3} cows." for i in range(40)]
-
-
-@pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
 
 
 @pytest.fixture(scope="module")

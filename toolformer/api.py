@@ -49,7 +49,7 @@ from toolformer.lm.modelfolder import (
     write_spec,
 )
 from toolformer.lm.modeling import model_window
-from toolformer.run.folder import atomic_write_text
+from toolformer.rundir.files import atomic_write_text
 from toolformer.tools.calls import get_style
 
 __all__ = ["ToolformerModel", "resolve", "resolve_config"]

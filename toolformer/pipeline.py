@@ -8,7 +8,7 @@ from pathlib import Path
 
 from toolformer.config.load import dump_yaml
 from toolformer.config.schema import PipelineConfig
-from toolformer.run.folder import atomic_write_text
+from toolformer.rundir.files import atomic_write_text
 
 
 def save_resolved_config(cfg: PipelineConfig) -> Path:
@@ -18,7 +18,7 @@ def save_resolved_config(cfg: PipelineConfig) -> Path:
 
 
 def run_pipeline(cfg: PipelineConfig, force: bool = False) -> dict[str, float]:
-    from toolformer.run.parallel import ranks
+    from toolformer.rundir.parallel import ranks
     from toolformer.stages import SPLIT, run_stage
 
     main = ranks().main  # under a launch, one process writes the run's own files

@@ -22,7 +22,8 @@ from typing import Any, Union
 
 import yaml
 
-from toolformer.config.safeyaml import MAX_BYTES, MAX_NODES, YamlRefused, parse_yaml  # noqa: F401 (as before)
+from toolformer.config.safeyaml import MAX_BYTES, YamlRefused, parse_yaml
+from toolformer.config.text import decode_utf8
 
 
 class ConfigError(ValueError):
@@ -328,10 +329,7 @@ def read_yaml_config(path: str | Path) -> dict:
         raise ConfigError(f"{path}: cannot read the config file: {e.strerror or e}") from None
     if len(raw) > MAX_BYTES:
         raise ConfigError(f"{path}: refused: larger than {MAX_BYTES:,} bytes")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}): {e.reason}") from None
+    text = decode_utf8(raw, path, "{where}: not UTF-8 text (byte {offset}): {reason}", error=ConfigError)
     try:
         loaded = parse_yaml(text)
     except YamlRefused as e:

@@ -1,7 +1,7 @@
 """``toolformer export RUN_DIR``: the built data set as conversations for chat
 fine-tuning.
 
-Reads ``RUN_DIR/build/dataset`` (the rows of :class:`~toolformer.records.DatasetRow`)
+Reads ``RUN_DIR/build/dataset`` (the rows of :class:`~toolformer.corpus.records.DatasetRow`)
 and cuts each row's text at its calls into *segments*: the text before a
 call, the call (tool, JSON arguments, result), the text up to the next call,
 and so on. The call's arguments are ``Tool.arguments(input)``, checked against
@@ -37,22 +37,18 @@ from pathlib import Path
 from tqdm import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.inspect.chatformats import (  # noqa: F401 (importable from here as before)
+from toolformer.corpus.records import DatasetRow, fields
+from toolformer.inspect.chatformats import (
     FORMATS,
-    USER_TURN,
     ToolInfo,
     add_text,
     call_input,
-    inline_text,
-    round_trip,
-    segments_from,
     to_record,
-    tool_name,
     wire_name,
 )
 from toolformer.inspect.view import run_config
-from toolformer.records import DatasetRow, fields
-from toolformer.run.folder import MANIFEST, Stage, atomic_path, dumps
+from toolformer.rundir.files import atomic_path, dumps
+from toolformer.rundir.folder import MANIFEST, StageFolder
 from toolformer.tools import build_tools, close_tools, known_tools
 from toolformer.tools.calls import CallStyle, get_style
 
@@ -141,7 +137,7 @@ def open_dataset(run_dir: Path):
 
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run folder")
-    build = Stage(run_dir, "build")
+    build = StageFolder(run_dir, "build")
     path = build.dir / "dataset"
     if not build.is_complete() or not path.is_dir():
         saved = run_dir / "config.yaml"

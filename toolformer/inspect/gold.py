@@ -10,9 +10,9 @@ import math
 from pathlib import Path
 from typing import Any
 
+from toolformer.corpus.records import margin
 from toolformer.inspect.view import in_context, read_stage
-from toolformer.records import margin
-from toolformer.run.folder import GOLD_CALLS, read_documents
+from toolformer.rundir.folder import GOLD_CALLS, read_documents
 
 # A kept call is at a gold call's position when their char_start differ by at
 # most this many characters (a space or a punctuation mark between the words

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from toolformer.corpus.records import margin
 from toolformer.inspect.gold import gold_quality
 from toolformer.inspect.view import RunView, by_tool, compute_funnel, load_run, margin_quantiles, ranking, select
-from toolformer.records import margin
 
 
 @dataclass

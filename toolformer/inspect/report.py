@@ -23,9 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from toolformer.corpus.records import margin
 from toolformer.inspect.inspection import Inspection
-from toolformer.inspect.view import QUANTILES, call_text, in_context, margin, status
-from toolformer.run.folder import atomic_write_text
+from toolformer.inspect.view import QUANTILES, call_text, in_context, status
+from toolformer.rundir.files import atomic_write_text
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:72em;padding:0 1em;color:#222}

@@ -10,7 +10,7 @@ from pathlib import Path
 from toolformer.inspect.gold import match_gold
 from toolformer.inspect.view import read_stage
 from toolformer.lm.losses import is_kept
-from toolformer.run.folder import read_documents
+from toolformer.rundir.folder import read_documents
 
 
 def gold_by_tau(run_dir: str | Path, tool: str, taus: list[float]) -> list[dict]:

@@ -56,6 +56,7 @@ from collections import Counter
 from pathlib import Path
 
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus.records import margin
 from toolformer.inspect.chatformats import USER_TURN, ToolInfo, turns
 from toolformer.inspect.export import (
     count_clause,
@@ -67,8 +68,8 @@ from toolformer.inspect.export import (
     summary_line,
 )
 from toolformer.inspect.view import run_config
-from toolformer.records import margin
-from toolformer.run.folder import Stage, disk_full, disk_full_error, dumps, iter_jsonl, read_documents
+from toolformer.rundir.files import disk_full, disk_full_error, dumps, iter_jsonl
+from toolformer.rundir.folder import StageFolder, read_documents
 from toolformer.tools import close_tools
 from toolformer.tools.calls import CallStyle, get_style
 
@@ -283,7 +284,7 @@ def export_dpo(cfg: PipelineConfig, out: str | Path | None) -> dict:
     run_dir = Path(cfg.run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"{run_dir}: no such run folder")
-    stage = Stage(run_dir, "filter")
+    stage = StageFolder(run_dir, "filter")
     stage.require(" (toolformer filter: trl-dpo pairs the calls it kept with those it rejected)")
     docs = {str(doc_id): doc for doc_id, doc in read_documents(run_dir).items()}
     path = output_folder(run_dir, "trl-dpo", out)

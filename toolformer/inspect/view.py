@@ -19,8 +19,9 @@ import numpy as np
 
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.records import margin, required, scored_margin
-from toolformer.run.folder import DOCUMENTS, MANIFEST, read_jsonl
+from toolformer.corpus.records import margin, required, scored_margin
+from toolformer.rundir.files import read_jsonl
+from toolformer.rundir.folder import DOCUMENTS, MANIFEST
 
 CALL_STAGES = ("sample", "execute", "filter")
 LATER_STAGES = ("build", "finetune", "evaluate")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from toolformer.run.folder import atomic_write_text, disk_full, disk_full_error
+from toolformer.rundir.files import atomic_write_text, disk_full, disk_full_error
 
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_STATE = "state.json"  # written last into a checkpoint: its presence means complete

@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from toolformer.lm.inputpattern import MAX_NFA_NODES, InputPattern  # noqa: F401 (as before)
+from toolformer.lm.inputpattern import InputPattern
 
 MAX_INPUT_CHARS = 200  # the default of tools.max_input_chars
 WALK_MEMO = 100_000  # call texts whose automaton state is kept

@@ -117,7 +117,7 @@ class FolderTrust:
 
 def tool_data() -> dict:
     """Tool -> (tools key, kind) of its data (imported late: run.inputs imports the config)."""
-    from toolformer.run.inputs import TOOL_DATA
+    from toolformer.rundir.inputs import TOOL_DATA
 
     return TOOL_DATA
 

@@ -1,4 +1,4 @@
-"""The filter's loss math (pure): weights, weighted loss, L⁻, L⁺ and the criterion.
+"""The filter's loss math (pure): weights, the weighted sum of L_i, L⁻ and the criterion.
 
 L_i(z) = − Σ_{j ≥ i} w_{j−i} · log p_M(x_j | z, x_1..x_{j−1}) with
 w̃_t = max(0, 1 − t / horizon) normalised to sum 1 (for horizon 5:
@@ -19,17 +19,16 @@ def loss_weights(horizon: int = 5) -> list[float]:
     return [w / total for w in raw]
 
 
-def weighted_loss(target_logprobs: torch.Tensor, weights: torch.Tensor,
-                  mask: torch.Tensor | None = None) -> torch.Tensor:
-    """L_i from log p of the targets x_i..x_{i+h−1}.
+def add_weighted_losses(loss: torch.Tensor, owner: list[int], step: list[int],
+                        target_logprobs: torch.Tensor, weights: list[float]) -> None:
+    """Add each target's term of L_i to its request's loss: ``loss[owner[n]] += −w_{step[n]} · log p``.
 
-    target_logprobs: (B, H) log-probabilities of each target token; weights: (H,);
-    mask: (B, H) 1 where the target exists. Returns (B,).
+    loss: (R,) float64, one sum per request; owner: the request of each target; step: t = j − i, the
+    target's distance from x_i (its weight w_t); target_logprobs: (N,) float64 log p_M of each target, in
+    the order of ``owner`` and ``step``. Accumulated in float64, target by target (``index_add_``).
     """
-    w = weights.to(target_logprobs.dtype).unsqueeze(0)  # (1, H)
-    if mask is not None:
-        w = w * mask.to(target_logprobs.dtype)
-    return -(w * target_logprobs).sum(dim=-1)
+    w = torch.tensor([weights[t] for t in step], dtype=torch.float64)
+    loss.index_add_(0, torch.tensor(owner), -w * target_logprobs)
 
 
 def loss_minus(loss_none: float, loss_no_result: float) -> float:

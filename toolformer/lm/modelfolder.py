@@ -52,7 +52,7 @@ def _stderr(message: str) -> None:
 
 def data_keys(enabled) -> list[tuple[str, str, str]]:
     """(tool, key of the tools config, kind) of the data each of the tools ``enabled`` reads."""
-    from toolformer.run.inputs import TOOL_DATA
+    from toolformer.rundir.inputs import TOOL_DATA
 
     return [(tool, *TOOL_DATA[tool]) for tool in enabled if tool in TOOL_DATA]
 
@@ -144,8 +144,8 @@ def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_
     """Write ``OUT/toolformer.json`` for a model tuned with ``cfg`` (a PipelineConfig):
     its call style, tools (data copied up to ``max_mb`` MB each), the decoding
     rule of ``cfg.evaluate``. Returns the record."""
-    from toolformer.run.folder import atomic_write_text
-    from toolformer.run.inputs import TOOL_DATA
+    from toolformer.rundir.files import atomic_write_text
+    from toolformer.rundir.inputs import TOOL_DATA
     from toolformer.tools.calls import get_style
     from toolformer.version import __version__
 
@@ -202,7 +202,8 @@ def screen(spec: dict, folder: str | Path, trust: bool = False) -> tuple[dict, F
     Untrusted, the folder's MCP servers and ``allow_side_effects`` are left out. Checked here, so that an
     error names the file."""
     from toolformer.config.load import from_dict
-    from toolformer.config.schema import CallsConfig, ToolsConfig
+    from toolformer.config.schema import CallsConfig
+    from toolformer.config.tools import ToolsConfig
     from toolformer.tools.calls import get_style
 
     folder = Path(folder)
@@ -249,7 +250,8 @@ def with_folder_tools(cfg, folder: str | Path, trust: bool = False):
     and None for a folder without ``toolformer.json``. Refusals are for
     :meth:`FolderTrust.enforce` once the enabled tools are known."""
     from toolformer.config.load import from_dict, merge
-    from toolformer.config.schema import CallsConfig, ToolsConfig
+    from toolformer.config.schema import CallsConfig
+    from toolformer.config.tools import ToolsConfig
 
     spec = read_spec(folder)
     if spec is None:
@@ -292,7 +294,7 @@ def tool_setup(cfg, folder: str | Path, spec: dict | None, disabled: bool = Fals
     """Which tools, data, call style and decoding a model folder is used with,
     the keys set otherwise than its record, and what of its record was refused
     (``trust``): for the output of ``generate``, ``chat`` and ``evaluate``."""
-    from toolformer.config.schema import ToolsConfig
+    from toolformer.config.tools import ToolsConfig
 
     trusted = trust is not None and trust.trusted
     recorded = folder_settings(spec, folder, trusted) if spec else {"tools": {}, "calls": {}}

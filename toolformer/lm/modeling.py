@@ -35,8 +35,8 @@ def set_threads(threads: int = 0, share: int = 0) -> int:
 
 def _check_local(path: str, what: str) -> None:
     """A local-looking path that does not exist is an error naming ``what``; a
-    hub id must answer within seconds (see :mod:`toolformer.run.inputs`)."""
-    from toolformer.run.inputs import check_hub, looks_local
+    hub id must answer within seconds (see :mod:`toolformer.rundir.inputs`)."""
+    from toolformer.rundir.inputs import check_hub, looks_local
 
     if Path(path).expanduser().exists():
         return
@@ -93,7 +93,7 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
 
 def load(model_cfg, calls_cfg=None):
     """Model and tokenizer from a ModelConfig (+ CallsConfig for the markers)."""
-    from toolformer.run.parallel import ranks
+    from toolformer.rundir.parallel import ranks
     from toolformer.tools.calls import get_style
 
     device = resolve_device(ranks().device(model_cfg.device))  # under a launch, each process its own GPU
@@ -134,10 +134,17 @@ def bos_ids(tokenizer) -> list[int]:
 
 def tiny_tokenizer_texts(data_dir: str | Path = "data") -> list[str]:
     """Texts the tiny tokenizer is trained on: the tools' prompts and the
-    corpus and collections in ``data_dir`` (the repository's ``data/``)."""
+    corpus and collections in ``data_dir`` (the repository's ``data/``; the
+    default ``data`` where the current folder has none: the package's copy of
+    those files, toolformer/share/data, so an installed package writes the same
+    tiny model from any folder)."""
+    from importlib import resources
+
     from toolformer.tools import REGISTRY
 
     root = Path(data_dir)
+    if root == Path("data") and not (root / "corpus.jsonl").is_file():
+        root = Path(str(resources.files("toolformer").joinpath("share").joinpath("data")))
     if not (root / "corpus.jsonl").is_file():
         raise FileNotFoundError(f"{root}: no corpus.jsonl to train the tiny tokenizer on; run from the repository "
                                 f"root or pass the folder of the repository's data/ (tiny-model --data DIR)")

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 import torch
 
-from toolformer.lm.losses import loss_weights
+from toolformer.lm.losses import add_weighted_losses, loss_weights
 from toolformer.lm.modeling import cache_kwarg, output_cache
 from toolformer.lm.sampler import _left_pad, batches_by_budget
 
@@ -157,8 +157,9 @@ class LossScorer:
         return {r: float(loss[k]) for k, r in enumerate(unique)}
 
     def _targets(self, rows: list[ScoringSequence], group: list[int], skip: list[int], pads: list[int]):
-        """Flat lists of (row in batch, index of the position predicting it, target token, weight, request)."""
-        b_idx, t_idx, target, weight, owner = [], [], [], [], []
+        """Flat lists of (row in batch, index of the position predicting it, target token, its distance t from
+        x_i, request)."""
+        b_idx, t_idx, target, step, owner = [], [], [], [], []
         for b, g in enumerate(group):
             row = rows[g]
             for k, first, h in row.targets:
@@ -166,15 +167,15 @@ class LossScorer:
                     b_idx.append(b)
                     t_idx.append(pads[b] + first + t - 1 - skip[b])
                     target.append(row.ids[first + t])
-                    weight.append(self.weights[t])
+                    step.append(t)
                     owner.append(k)
-        return b_idx, t_idx, target, weight, owner
+        return b_idx, t_idx, target, step, owner
 
-    def _accumulate(self, logits: torch.Tensor, target: list[int], weight: list[float], owner: list[int],
+    def _accumulate(self, logits: torch.Tensor, target: list[int], step: list[int], owner: list[int],
                     loss: torch.Tensor) -> None:
         logp = torch.log_softmax(logits.float(), dim=-1)  # fp32 whatever the model dtype
         tlogp = logp.gather(-1, torch.tensor(target, device=self.device)[:, None]).squeeze(-1).cpu().double()
-        loss.index_add_(0, torch.tensor(owner), -torch.tensor(weight, dtype=torch.float64) * tlogp)
+        add_weighted_losses(loss, owner, step, tlogp, self.weights)
         self.forwards += 1
 
     def _score(self, rows: list[ScoringSequence], group: list[int], loss: torch.Tensor) -> None:
@@ -184,7 +185,7 @@ class LossScorer:
         self.tokens_scored += sum(map(len, seqs))
         self.tokens_computed += ids.numel()
         self.rows_scored += len(seqs)
-        b_idx, t_idx, target, weight, owner = self._targets(rows, group, [0] * len(group), pads)
+        b_idx, t_idx, target, step, owner = self._targets(rows, group, [0] * len(group), pads)
         position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
         b_idx, t_idx = torch.tensor(b_idx, device=self.device), torch.tensor(t_idx)
         width = ids.shape[1]
@@ -199,7 +200,7 @@ class LossScorer:
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False,
                              **kwargs).logits[:, -keep:]
             logits = out[b_idx, (t_idx - (width - keep)).to(self.device)]
-        self._accumulate(logits, target, weight, owner, loss)
+        self._accumulate(logits, target, step, owner, loss)
 
     def _score_shared(self, rows: list[ScoringSequence], prefixes: list[int], groups: list[list[int]],
                       loss: torch.Tensor) -> None:
@@ -225,7 +226,7 @@ class LossScorer:
         self.tokens_computed += h_ids.numel() + t_ids.numel()
         self.rows_scored += len(members)
         pads = [t_ids.shape[1] - len(t) for t in tails]
-        b_idx, t_idx, target, weight, owner = self._targets(rows, members, [rows[g].shared for g in members], pads)
+        b_idx, t_idx, target, step, owner = self._targets(rows, members, [rows[g].shared for g in members], pads)
         logits = lm_head(hidden[torch.tensor(b_idx, device=self.device), torch.tensor(t_idx, device=self.device)])
-        self._accumulate(logits, target, weight, owner, loss)
+        self._accumulate(logits, target, step, owner, loss)
 

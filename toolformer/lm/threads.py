@@ -113,7 +113,7 @@ def set_threads(threads: int = 0, share: int = 0) -> int:
         torch.set_num_threads(threads)
         return threads
     if not share:
-        from toolformer.run.parallel import ranks
+        from toolformer.rundir.parallel import ranks
 
         share = ranks().local_world
     cpus = usable_cores()
@@ -122,11 +122,6 @@ def set_threads(threads: int = 0, share: int = 0) -> int:
     if share == 1 and count > 1 and busy_seconds(cpus) is not None:
         _FOLLOWER = LoadFollower(cpus)
     return count
-
-
-def follower() -> LoadFollower | None:
-    """The active :class:`LoadFollower`, if the thread count follows the load."""
-    return _FOLLOWER
 
 
 def _tick(module, args) -> None:

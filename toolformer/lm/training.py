@@ -26,7 +26,7 @@ writes, checkpoints and the model, is in :mod:`toolformer.lm.checkpoints`.
   rerun continues from the last complete one.
 * Runs alone, or data-parallel under ``accelerate launch --num_processes N``;
   only the main process writes files other than checkpoint shards.
-* Stops cleanly (:mod:`toolformer.run.stops`): a SIGINT or SIGTERM during a step
+* Stops cleanly (:mod:`toolformer.rundir.stops`): a SIGINT or SIGTERM during a step
   lets the step finish, writes a checkpoint (every process agrees on the step)
   and raises ``Stopped``. The model is saved into a temporary folder and its
   files renamed into ``output_dir``, and a checkpoint that fails is deleted,
@@ -48,11 +48,9 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from toolformer.lm.checkpoints import (  # noqa: F401 (CHECKPOINTS..RUN_KEY: importable from here as before)
+from toolformer.lm.checkpoints import (
     CHECKPOINT_STATE,
     CHECKPOINTS,
-    MODEL_TMP,
-    RUN_KEY,
     checkpoint_dirs,
     prepare_checkpoints,
     save_checkpoint,
@@ -60,9 +58,10 @@ from toolformer.lm.checkpoints import (  # noqa: F401 (CHECKPOINTS..RUN_KEY: imp
 )
 from toolformer.lm.rows import batch_inputs, evaluate_perplexity
 from toolformer.lm.trainargs import TrainArgs, batch_plan, lr_factor, mixed_precision, save_dtype
-from toolformer.run import stops
-from toolformer.run.folder import atomic_write_text, fault_point
-from toolformer.run.parallel import use_cpu
+from toolformer.rundir import stops
+from toolformer.rundir.files import atomic_write_text
+from toolformer.rundir.parallel import use_cpu
+from toolformer.rundir.sharding import fault_point
 
 TRAINER_STATE = "trainer_state.json"
 

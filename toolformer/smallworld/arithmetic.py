@@ -182,12 +182,9 @@ def split_forms(seed: int, heldout_per_op: int = 4, vocab_heldout: float = 0.25,
                  tuple(names[:nn]))
 
 
-# Ranges of operands by size: "small" mixes 2- to 4-digit numbers (pre-training),
-# "large" keeps the 3-4-digit operations the tiny model cannot compute.
-SIZES = ("small", "large")
-
-
 def _operands(rng: random.Random, op: str, size: str) -> tuple[int, int]:
+    """Two operands of ``op`` by size: "small" mixes 2- to 4-digit numbers (pre-training), "large" keeps
+    the 3-4-digit operations the tiny model cannot compute."""
     if op in "+-":
         lo = rng.choice([10, 100, 1000, 1000]) if size == "small" else rng.choice([100, 1000])
         if op == "+":

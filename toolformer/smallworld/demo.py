@@ -41,11 +41,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from toolformer.config.schema import ExtraModel, PipelineConfig, TaskConfig
+from toolformer.config.evaluation import ExtraModel, TaskConfig
+from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
-from toolformer.run.folder import Stage, atomic_write_text
-from toolformer.run.guard import mark
+from toolformer.rundir.files import atomic_write_text
+from toolformer.rundir.folder import StageFolder
+from toolformer.rundir.guard import mark
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
@@ -115,14 +117,14 @@ def reuse_stages(src: str | Path, dst: str | Path, stages: tuple[str, ...]) -> N
     import shutil
 
     for name in stages:
-        if Stage(src, name).manifest() and not Stage(dst, name).dir.exists():
-            shutil.copytree(Stage(src, name).dir, Stage(dst, name).dir)
+        if StageFolder(src, name).manifest() and not StageFolder(dst, name).dir.exists():
+            shutil.copytree(StageFolder(src, name).dir, StageFolder(dst, name).dir)
 
 
 def kept_in(run_dir: str | Path) -> int:
     """Calls the filter and chain stages of a run folder kept."""
-    filt = Stage(run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
-    chain = Stage(run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
+    filt = StageFolder(run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+    chain = StageFolder(run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     return sum(c["kept"] for c in filt["counts"]["per_tool"].values()) + sum(
         c["kept"] for r in chain["counts"]["rounds"].values() for c in r["per_tool"].values())
 
@@ -133,7 +135,7 @@ def control_dataset(cfg: PipelineConfig) -> Path:
     every run (a second or two), so it follows the build stage's data set."""
     import datasets
 
-    from toolformer.run.folder import read_documents
+    from toolformer.rundir.folder import read_documents
     from toolformer.stages.build import save_dataset
 
     out = Path(cfg.run_dir) / "control" / "dataset"
@@ -158,14 +160,14 @@ def summarise(sw: SmallWorldConfig, walls: dict[str, float]) -> dict:
             {t: c["accuracy"] for t, c in r["tasks"].items()}
             | {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "perplexity_calls_allowed",
                                                "call_rate")})
-    filt = Stage(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+    filt = StageFolder(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
     kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
-    chain = Stage(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
+    chain = StageFolder(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     tasks = [t.name for t in cfg.evaluate.tasks]
     round2 = {}
     for name, rcfg in round2_configs(sw).items():
-        sample = Stage(rcfg.run_dir, "sample").manifest() or {"counts": {"per_tool": {}}}
-        rfilt = Stage(rcfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+        sample = StageFolder(rcfg.run_dir, "sample").manifest() or {"counts": {"per_tool": {}}}
+        rfilt = StageFolder(rcfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
         one, two = rows.get("toolformer"), rows.get(name)
         round2[name] = {
             "run_dir": rcfg.run_dir, "judged_by": "the round-1 model" if rcfg.filter.model else "the base model",
@@ -196,7 +198,7 @@ def chained_documents(run_dir: str | Path) -> dict:
     chain in the built data."""
     import datasets
 
-    from toolformer.run.folder import read_documents
+    from toolformer.rundir.folder import read_documents
 
     built = datasets.load_from_disk(str(Path(run_dir) / "build" / "dataset"))
     docs = {str(k): d for k, d in read_documents(run_dir).items()}
@@ -221,7 +223,7 @@ def _gold_part(gold: dict | None, tool: str) -> str:
     g = (gold or {}).get(tool)
     if not g or g.get("precision") is None:
         return ""
-    return f" ({100 * g['precision']:.1f} % right against gold)"
+    return f" ({fmt_pct(g['precision'])} right against gold)"
 
 
 def table(results: dict) -> str:
@@ -310,9 +312,9 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
         print(f"kept in chain round {r} ({c['documents']:,} documents with calls inline): "
               + ", ".join(f"{t} {v['kept']:,} of {v['candidates']:,}" for t, v in c["per_tool"].items()))
     for tool, g in (results["filter_gold"] or {}).items():
-        precision = "–" if g["precision"] is None else f"{100 * g['precision']:.1f} %"
+        precision = "–" if g["precision"] is None else fmt_pct(g['precision'])
         print(f"kept {tool} calls against the corpus's gold calls: precision {precision} ({g['kept_right']:,} of "
-              f"{g['kept']:,} right), recall {100 * g['recall']:.1f} % ({g['gold_with_kept']:,} of {g['gold']:,})")
+              f"{g['kept']:,} right), recall {fmt_pct(g['recall'])} ({g['gold_with_kept']:,} of {g['gold']:,})")
     for name, r2 in results["round2"].items():
         print(f"{name}: calls sampled by the round-1 model without a prompt, judged by {r2['judged_by']}: "
               + ", ".join(f"{t} {n:,} candidates" + _gold_part(r2["candidate_gold"], t)
@@ -322,7 +324,7 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
                                                      for t, d in r2["change"].items()))
     ch = results["chained"]
     if ch["documents"] or ch["gold_documents"]:
-        precision = "–" if ch["precision"] is None else f"{100 * ch['precision']:.1f} %"
+        precision = "–" if ch["precision"] is None else fmt_pct(ch['precision'])
         print(f"chained calls (an input holding an earlier call's result): {ch['documents']:,} built documents, "
               f"their {ch['calls']:,} calls {precision} right against gold; {ch['gold_documents_chained']:,} of the "
               f"{ch['gold_documents']:,} corpus documents whose gold calls chain got a chain")
@@ -331,7 +333,7 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
 
 def run_demo(cfg: SmallWorldConfig, force: bool = False) -> dict:
     """The demo into ``cfg.run_dir`` (see the module docstring); returns what ``RUN_DIR/results.json`` holds."""
-    from toolformer.run.guard import mark
+    from toolformer.rundir.guard import mark
     from toolformer.smallworld.generator import ensure_world
     from toolformer.smallworld.pretrain import pretrain_base_model
     from toolformer.stages import run_stage

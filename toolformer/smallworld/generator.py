@@ -44,11 +44,10 @@ import time
 from pathlib import Path
 
 from toolformer.config.load import config_hash
-from toolformer.run.folder import atomic_write_text, dumps
-from toolformer.smallworld.arithmetic import Split, split_forms
+from toolformer.rundir.files import atomic_write_text, dumps
+from toolformer.smallworld.arithmetic import OPS, Split, split_forms
 from toolformer.smallworld.config import SmallWorldConfig, WorldConfig
 from toolformer.smallworld.corpora import (
-    OPS,
     LeakGuard,
     Writer,
     corpus_doc,

@@ -41,7 +41,8 @@ from typing import Any
 
 from toolformer.config.load import config_hash
 from toolformer.lm.modeling import set_threads
-from toolformer.run.folder import FORMAT, atomic_write_text, check_format, read_jsonl, versions
+from toolformer.rundir.files import atomic_write_text, read_jsonl
+from toolformer.rundir.folder import FORMAT, check_format, versions
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 from toolformer.smallworld.generator import base_model_dir, ensure_world, world_paths
 from toolformer.smallworld.probe import call_items, call_probe, copy_probe, probe_items, run_probe
@@ -158,7 +159,7 @@ def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int, corpus_
         for name, its in calls.items():
             r = call_probe(model, tokenizer, its)
             if r["items"]:
-                into.append(f"{name} {r['loss_right']:.2f} / {r['loss_wrong']:.2f}, {100 * r['greedy_ok']:.0f} %")
+                into.append(f"{name} {r['loss_right']:.2f} / {r['loss_wrong']:.2f}, {fmt_pct(r['greedy_ok'], digits=0)}")
         model.train()
         tqdm.write(f"step {step}: copy probe, loss at the answer with the correct call / none / wrong result: "
                    + "; ".join(parts))
@@ -302,7 +303,8 @@ def pretrain_base_model(cfg: SmallWorldConfig, force: bool = False) -> Path:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # its threads fight torch's for 2 cores
     set_threads(pc.threads)
     from toolformer.lm.rows import IGNORE_INDEX
-    from toolformer.lm.training import TrainArgs, train_causal_lm
+    from toolformer.lm.trainargs import TrainArgs
+    from toolformer.lm.training import train_causal_lm
     from toolformer.stages import seed_everything
 
     ensure_world(cfg)

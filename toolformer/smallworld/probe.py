@@ -43,7 +43,7 @@ import torch
 from toolformer.lm.modeling import bos_ids, set_threads
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
-from toolformer.run.folder import read_jsonl
+from toolformer.rundir.files import read_jsonl
 from toolformer.smallworld.generator import base_model_dir, world_paths
 from toolformer.tools.calls import get_style
 
@@ -282,9 +282,9 @@ def run_call_probe(model, tokenizer, paths: dict, items: int, seed: int = 0, qui
         report[name] = r
         if r["items"] and not quiet:
             print(f"call probe {name}: argument loss right {r['loss_right']:.2f} vs corrupted {r['loss_wrong']:.2f} "
-                  f"(right preferred in {100 * r['prefers_right']:.1f} %); greedy call exact "
-                  f"{100 * r['greedy_exact']:.1f} %, usable {100 * r['greedy_ok']:.1f} % of {r['items']} (the "
-                  f"operands or the subject right: {100 * r['greedy_operands']:.1f} %)")
+                  f"(right preferred in {fmt_pct(r['prefers_right'])}); greedy call exact "
+                  f"{fmt_pct(r['greedy_exact'])}, usable {fmt_pct(r['greedy_ok'])} of {r['items']} (the "
+                  f"operands or the subject right: {fmt_pct(r['greedy_operands'])})")
             if worst := weakest_forms(r["by_form"]):
                 print(f"call probe {name}, usable calls of the weakest forms: {worst}")
     return report
@@ -308,13 +308,13 @@ def run_probe(model, tokenizer, paths: dict, items: int, separator: str = "\n", 
         if r["items"]:
             print(f"probe {tool}: loss at the answer with the correct call {r['loss_correct']:.2f}, "
                   f"none {r['loss_none']:.2f}, wrong result {r['loss_wrong']:.2f}; the call helps by ≥ 0.5 in "
-                  f"{100 * r['helps_0.5']:.1f} % of {r['items']} items (kept at tau_f 0.5: "
-                  f"{100 * r['kept_tau_0.5']:.1f} %, wrong results kept: {100 * r['wrong_kept_tau_0.5']:.1f} %)")
+                  f"{fmt_pct(r['helps_0.5'])} of {r['items']} items (kept at tau_f 0.5: "
+                  f"{fmt_pct(r['kept_tau_0.5'])}, wrong results kept: {fmt_pct(r['wrong_kept_tau_0.5'])})")
     report["call"] = run_call_probe(model, tokenizer, paths, items, seed)
     for name in ("seen", "unseen"):
         m = math_accuracy(model, tokenizer, paths[f"eval_math_{name}"], items)
         report[f"math_{name}"] = m
-        print(f"probe math_{name}: base model accuracy {100 * m['accuracy']:.1f} % of {m['items']} problems "
+        print(f"probe math_{name}: base model accuracy {fmt_pct(m['accuracy'])} of {m['items']} problems "
               f"(greedy, prompt {MATH_PROMPT!r})")
     return report
 

@@ -2,7 +2,7 @@
 
 Each module ``toolformer.stages.<name>`` has ``run_stage(cfg, force=False,
 **options)`` (:class:`StageFunction`): it reads the previous stage's output
-from the run folder, writes its own (see :mod:`toolformer.run.folder`) and returns a
+from the run folder, writes its own (see :mod:`toolformer.rundir.folder`) and returns a
 :class:`StageResult`. :func:`run_stage` here runs one of them by name; the
 command line, the pipeline and the demo all go through it."""
 
@@ -17,13 +17,15 @@ from typing import Any, Protocol
 
 from toolformer.config.load import config_hash, to_dict
 from toolformer.config.schema import STAGES, PipelineConfig
-from toolformer.run.folder import Stage, count_records, iter_jsonl, run_sharded, upstream_total
-from toolformer.run.parallel import Ranks, ranks
+from toolformer.rundir.files import count_records, iter_jsonl
+from toolformer.rundir.folder import StageFolder, upstream_total
+from toolformer.rundir.parallel import Ranks, ranks
+from toolformer.rundir.sharding import run_sharded
 
 # Sections every stage depends on; each stage also depends on its own section
 # and those of the stages before it. shard_size fixes which work a shard holds: a rerun with another one starts over.
 COMMON = ("seed", "shard_size", "model", "calls", "corpus", "tools")
-# Stages whose work is split across the processes of a launch (toolformer.run.parallel); finetune is data-parallel
+# Stages whose work is split across the processes of a launch (toolformer.rundir.parallel); finetune is data-parallel
 # through its trainer; the others run in the main process while the rest wait.
 SHARDED = ("sample", "execute", "filter")
 SPLIT = (*SHARDED, "finetune")
@@ -75,7 +77,7 @@ def run_stage(name: str, cfg: PipelineConfig, force: bool = False, wait: bool = 
     result = stage_fn(cfg, force=force, **options) if rank.main else None
     if wait:
         rank.barrier()
-    return result or StageResult(name, True, Stage(cfg.run_dir, name).manifest())
+    return result or StageResult(name, True, StageFolder(cfg.run_dir, name).manifest())
 
 
 def stage_hash(cfg: PipelineConfig, name: str) -> str:
@@ -121,7 +123,7 @@ def seed_everything(seed: int) -> None:
 
 @dataclass
 class StageRun:
-    stage: Stage
+    stage: StageFolder
     hash: str
     skipped: bool
 
@@ -141,7 +143,7 @@ class StageRun:
         return self.result()
 
 
-def per_upstream_shard(run: StageRun, upstream: Stage,
+def per_upstream_shard(run: StageRun, upstream: StageFolder,
                        process: Callable[[int, list[Any]], Sequence[Mapping[str, Any]]]) -> None:
     """Shard g of ``run`` = ``process(g, records of upstream shard g)`` for the shards this process owns, one
     upstream shard in memory at a time, with a progress bar in records."""
@@ -172,7 +174,7 @@ def start(cfg: PipelineConfig, name: str, force: bool = False, inputs: dict | No
     """Skip a stage whose manifest matches the config (and the fingerprints of
     ``inputs``, paths read from outside the run folder); else prepare to
     (re)run it, resuming after its complete shards."""
-    stage = Stage(cfg.run_dir, name)
+    stage = StageFolder(cfg.run_dir, name)
     h = stage_hash(cfg, name)
     if inputs:
         h = config_hash({"config": h, "inputs": {k: path_fingerprint(v) for k, v in sorted(inputs.items())}})

@@ -35,17 +35,10 @@ from typing import Any
 from tqdm import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, scored_margin, type_name
-from toolformer.run.folder import (
-    Stage,
-    atomic_write_text,
-    disk_full,
-    disk_full_error,
-    dumps,
-    fault_point,
-    iter_jsonl,
-    read_documents,
-)
+from toolformer.corpus.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, scored_margin, type_name
+from toolformer.rundir.files import atomic_write_text, disk_full, disk_full_error, dumps, iter_jsonl
+from toolformer.rundir.folder import StageFolder, read_documents
+from toolformer.rundir.sharding import fault_point
 from toolformer.stages import StageResult, stage_options, start
 from toolformer.tools.calls import insert_calls
 
@@ -80,7 +73,7 @@ def chained_kept(cfg: PipelineConfig) -> list[dict]:
     original text); the stage must have finished when there are such rounds."""
     if cfg.chain.rounds < 2:
         return []
-    chain = Stage(cfg.run_dir, "chain")
+    chain = StageFolder(cfg.run_dir, "chain")
     chain.require(" (toolformer chain: chain.rounds > 1)")
     return [r for n in range(2, cfg.chain.rounds + 1) for r in read_kept(chain.dir / round_name(n))]
 
@@ -158,7 +151,7 @@ def save_dataset(rows: Sequence[Mapping[str, object]], out: Path) -> None:
 
     features = Features({name: Value(type_name(tp)) for name, (tp, _) in fields(DatasetRow).items()})
     columns = {name: [r[name] for r in rows] for name in features}
-    # Not `.name.tmp-*`: Stage.begin unlinks those as files, and this is a folder.
+    # Not `.name.tmp-*`: StageFolder.begin unlinks those as files, and this is a folder.
     tmp = out.with_name(f"_{out.name}-tmp-{os.getpid()}")
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -180,7 +173,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
     run = start(cfg, "build", force)
     if run.skipped:
         return run.result()
-    filter_stage = Stage(cfg.run_dir, "filter")
+    filter_stage = StageFolder(cfg.run_dir, "filter")
     filter_stage.require(" (build reads the calls it kept)")
     for stale in run.stage.dir.glob("_*-tmp-*"):
         shutil.rmtree(stale, ignore_errors=True)  # a half-written data set of an interrupted run

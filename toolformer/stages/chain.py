@@ -51,10 +51,12 @@ from tqdm.auto import tqdm
 
 from toolformer.config.load import config_hash
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus.records import ExecuteRecord, SampleRecord
 from toolformer.lm.modeling import DTYPES, load, set_threads, with_weights
-from toolformer.records import ExecuteRecord, SampleRecord
-from toolformer.run.folder import Stage, atomic_write_text, chunked, fmt_pct, read_documents, read_json, run_sharded
-from toolformer.run.parallel import Ranks
+from toolformer.rundir.files import atomic_write_text, read_json
+from toolformer.rundir.folder import StageFolder, fmt_pct, read_documents
+from toolformer.rundir.parallel import Ranks
+from toolformer.rundir.sharding import chunked, run_sharded
 from toolformer.stages import StageResult, model_inputs, stage_options, start
 from toolformer.stages.build import best_per_position, check_positions, read_kept, round_name
 from toolformer.stages.filter import CandidateScorer, count_record
@@ -191,7 +193,7 @@ class Round:
                                                                            "not_stated": not_stated}
 
 
-def round_counts(cfg: PipelineConfig, stage: Stage, documents: int) -> dict:
+def round_counts(cfg: PipelineConfig, stage: StageFolder, documents: int) -> dict:
     """A finished round's counts: per tool ``candidates`` (the chained ones, executed and filtered), ``scored``,
     ``kept``, ``read_ahead``, ``not_chained``, ``not_stated`` and ``kept_per_1000`` (kept per 1,000 candidates);
     for the round its ``seconds`` (of proposing, executing and scoring its shards, over every run that wrote one)
@@ -216,7 +218,7 @@ def round_counts(cfg: PipelineConfig, stage: Stage, documents: int) -> dict:
 def run_round(cfg: PipelineConfig, r: int, h: str, force: bool, kept: list[dict], docs: dict[str, dict],
               make_round) -> dict:
     """Round ``r`` into its folder (skipped when complete for ``h``, resumed when interrupted); its counts."""
-    stage = Stage(Path(cfg.run_dir) / "chain", round_name(r), command="chain")
+    stage = StageFolder(Path(cfg.run_dir) / "chain", round_name(r), command="chain")
     if not force and stage.is_complete(h):
         print(f"chain: round {r} already complete ({stage.dir}/manifest.json), skipped")
         stage.verify()  # its kept calls are read next
@@ -277,7 +279,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
         return run.result()
     rounds: dict[str, dict] = {}
     if cfg.chain.rounds > 1:
-        filt = Stage(cfg.run_dir, "filter")
+        filt = StageFolder(cfg.run_dir, "filter")
         filt.require(" (the chain stage starts from the calls it kept)")
         set_threads(cfg.model.threads)
         tools = check_tools(cfg)
@@ -285,7 +287,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
         close_tools(built)
         settings = {t: tool_settings(cfg, t, built[t]) for t in tools}
         model, tok = load(with_weights(cfg.model, cfg.filter.model), cfg.calls)
-        sampling = any(s[3] != "rules" for s in settings.values())
+        sampling = any(s.method != "rules" for s in settings.values())
         if sampling and (cfg.sample.model != cfg.filter.model or cfg.filter.dtype != "auto"):
             sampler_model = load(with_weights(cfg.model, cfg.sample.model), cfg.calls)[0]
         else:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolformer.run.folder import fmt_pct
+from toolformer.rundir.folder import fmt_pct
 
 ROW_TITLES = {"base": "Base model", "toolformer_disabled": "Toolformer (disabled)", "toolformer": "Toolformer"}
 

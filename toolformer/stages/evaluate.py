@@ -41,17 +41,17 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from toolformer.config.schema import PipelineConfig, TaskConfig
+from toolformer.config.evaluation import TaskConfig
+from toolformer.config.schema import PipelineConfig
 from toolformer.lm.generate import Generation, generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import check_tool_data, setup_line, tool_setup, with_folder_tools
 from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
 from toolformer.lm.rows import IGNORE_INDEX, row_nlls
 from toolformer.lm.textpos import marker_token_ids
-from toolformer.run.folder import atomic_write_text, dumps, iter_jsonl, versions
+from toolformer.rundir.files import atomic_write_text, dumps, iter_jsonl
+from toolformer.rundir.folder import versions
 from toolformer.stages import StageResult, stage_options, start
-from toolformer.stages.evalreport import (  # noqa: F401 (importable from here as before)
-    ROW_TITLES,
-    malformed_text,
+from toolformer.stages.evalreport import (
     results_markdown,
     summary_line,
 )

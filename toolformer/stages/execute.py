@@ -12,15 +12,10 @@ from collections import defaultdict
 from typing import Any
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.records import ExecuteRecord, SampleRecord
-from toolformer.run.folder import (
-    DocumentStore,
-    Stage,
-    atomic_write_text,
-    fmt_pct,
-    read_json,
-)
-from toolformer.run.parallel import ranks
+from toolformer.corpus.records import ExecuteRecord, SampleRecord
+from toolformer.rundir.files import atomic_write_text, read_json
+from toolformer.rundir.folder import DocumentStore, StageFolder, fmt_pct
+from toolformer.rundir.parallel import ranks
 from toolformer.stages import StageResult, per_upstream_shard, stage_options, start
 from toolformer.stages.sample import check_tools
 from toolformer.tools.sandbox import build_sandbox
@@ -29,7 +24,7 @@ from toolformer.tools.sandbox import build_sandbox
 def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
     """Run every candidate call (see the module docstring); the stage takes no ``options``."""
     stage_options("execute", options)
-    upstream = Stage(cfg.run_dir, "sample")
+    upstream = StageFolder(cfg.run_dir, "sample")
     upstream.require(" (toolformer sample)")
     run = start(cfg, "execute", force)
     if run.skipped:

@@ -22,13 +22,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus.records import ExecuteRecord, FilterRecord
 from toolformer.lm.losses import is_kept, loss_minus
 from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
-from toolformer.records import ExecuteRecord, FilterRecord
-from toolformer.run.folder import DocumentStore, Stage, fmt_pct
-from toolformer.run.parallel import ranks
+from toolformer.rundir.folder import DocumentStore, StageFolder, fmt_pct
+from toolformer.rundir.parallel import ranks
 from toolformer.stages import StageResult, model_inputs, per_upstream_shard, stage_options, start
 from toolformer.tools.calls import get_style
 from toolformer.tools.lookahead import reads_ahead
@@ -121,7 +121,7 @@ class CandidateScorer:
 def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
     """Keep the calls that lower the loss (see the module docstring); the stage takes no ``options``."""
     stage_options("filter", options)
-    upstream = Stage(cfg.run_dir, "execute")
+    upstream = StageFolder(cfg.run_dir, "execute")
     upstream.require(" (toolformer execute)")
     run = start(cfg, "filter", force, inputs=model_inputs(cfg, "filter"))
     if run.skipped:

@@ -34,10 +34,12 @@ from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
 from toolformer.lm.rows import pack_sequences
-from toolformer.lm.training import TrainArgs, train_causal_lm
-from toolformer.run.folder import Stage, atomic_write_text
-from toolformer.run.guard import check_finetune_output
-from toolformer.run.parallel import use_cpu
+from toolformer.lm.trainargs import TrainArgs
+from toolformer.lm.training import train_causal_lm
+from toolformer.rundir.files import atomic_write_text
+from toolformer.rundir.folder import StageFolder
+from toolformer.rundir.guard import check_finetune_output
+from toolformer.rundir.parallel import use_cpu
 from toolformer.stages import StageResult, seed_everything, stage_hash, stage_options, start
 
 # Fields that may change between runs without invalidating the checkpoints:
@@ -176,10 +178,10 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
     stage_options("finetune", options)
     check_finetune_output(cfg)  # never save over the model (or data) being read
     state = PartialState(cpu=use_cpu())
-    stage = Stage(cfg.run_dir, "finetune")
+    stage = StageFolder(cfg.run_dir, "finetune")
     data_path = dataset_dir(cfg)
     if not cfg.finetune.dataset:
-        Stage(cfg.run_dir, "build").require(" (finetune reads its data set)")
+        StageFolder(cfg.run_dir, "build").require(" (finetune reads its data set)")
     texts, augmented = load_texts(data_path)
     data_hash = texts_hash(texts)
     # A finished run on other data, or whose model folder is gone, is stale

@@ -29,11 +29,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from toolformer.config.schema import PipelineConfig
+from toolformer.corpus.records import margin
 from toolformer.inspect.inspection import Inspection, inspect_run
 from toolformer.inspect.report import margin_histogram, write_report
 from toolformer.inspect.view import QUANTILES, STEP_LABELS, in_context, run_config
-from toolformer.records import margin
-from toolformer.run.folder import Stage, atomic_write_bytes, atomic_write_text, fmt_pct
+from toolformer.rundir.files import atomic_write_bytes, atomic_write_text
+from toolformer.rundir.folder import StageFolder, fmt_pct
 from toolformer.stages import StageResult, stage_hash, stage_options
 from toolformer.tools.calls import get_style
 
@@ -112,7 +113,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
     style, separator, note = run_call_format(cfg)
     ins = inspect_run(cfg.run_dir, style, separator, cfg.inspect.top, cfg.inspect.context_chars, filters["tool"],
                       filters["kept"], filters["min_margin"], filters["max_margin"])
-    out = Stage(cfg.run_dir, "inspect")
+    out = StageFolder(cfg.run_dir, "inspect")
     out.dir.mkdir(parents=True, exist_ok=True)
     if out.manifest_path.exists():
         out.manifest_path.unlink()  # the folder is being rewritten

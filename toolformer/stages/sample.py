@@ -4,7 +4,7 @@ Per document (or window) and tool: the tool's pre-filter (optional), then the
 paper's sampler (score every position with P(x), keep p_i > tau_s, top k,
 sample m calls per kept position) and/or the rule-based proposers. Writes the
 scored documents once (``documents.jsonl`` and its index) and candidate
-records (:class:`toolformer.records.SampleRecord`). An MCP server's tool
+records (:class:`toolformer.corpus.records.SampleRecord`). An MCP server's tool
 (``tools.mcp_servers``) borrows a built-in rule proposer and its pre-filter,
 or is sampled with the few-shot prompt its config gives; its server is started
 once, to check the tool, and stopped before sampling. ``sample.model`` samples
@@ -14,7 +14,7 @@ round-1 model, with ``sample.prompt: none``, no few-shot prompt).
 The corpus is read as a stream, ``shard_size`` documents per shard (a piece
 of a document over ``corpus.max_doc_chars`` ends its shard); under
 ``accelerate launch`` each process takes every N-th group
-(:mod:`toolformer.run.parallel`). A shard leaves its windows and counts
+(:mod:`toolformer.rundir.parallel`). A shard leaves its windows and counts
 beside it; the main process merges them when every shard is written.
 """
 
@@ -23,27 +23,21 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.corpus import iter_corpus, pieces, shard_groups, split_windows
+from toolformer.corpus.reader import iter_corpus
+from toolformer.corpus.records import SampleRecord
+from toolformer.corpus.windows import pieces, shard_groups, split_windows
 from toolformer.lm.modeling import bos_ids, load, model_window, set_threads, with_weights
 from toolformer.lm.textpos import tokenize_text
-from toolformer.records import SampleRecord
-from toolformer.run.folder import (
-    atomic_write_text,
-    document_row,
-    dumps,
-    fmt_pct,
-    iter_jsonl,
-    read_json,
-    run_sharded,
-    write_documents,
-)
-from toolformer.run.parallel import ranks
+from toolformer.rundir.files import atomic_write_text, dumps, iter_jsonl, read_json
+from toolformer.rundir.folder import document_row, fmt_pct, write_documents
+from toolformer.rundir.parallel import ranks
+from toolformer.rundir.sharding import run_sharded
 from toolformer.stages import StageResult, model_inputs, stage_options, start
 from toolformer.stages.proposers import RULE_TOOLS, passes_prefilter, propose
 from toolformer.tools import REGISTRY, Tool, build_tools, close_tools, known_tools, render_prompt
@@ -53,8 +47,23 @@ from toolformer.tools.calls import get_style
 METHODS = ("sampler", "rules", "both")
 
 
-def tool_settings(cfg: PipelineConfig, tool: str, built: Tool | None = None) -> tuple[float, int, int, str, str]:
-    """(tau_s, k, m, method, rules) for one tool, per-tool overrides applied; ``rules`` names the rule proposer
+class ToolSettings(NamedTuple):
+    """How the sample stage proposes one tool's calls, its per-tool overrides applied."""
+
+    tau: float
+    """tau_s: a position is kept when p(call start) there exceeds it (``sample.tau_sample``)."""
+    top_k: int
+    """k: at most this many positions per document (``sample.top_k``)."""
+    num_calls: int
+    """m: calls sampled at each kept position (``sample.num_calls``)."""
+    method: str
+    """``sampler``, ``rules`` or ``both`` (``sample.method``)."""
+    rules: str
+    """The rule proposer and pre-filter the tool uses: its own, or the one an MCP tool borrows."""
+
+
+def tool_settings(cfg: PipelineConfig, tool: str, built: Tool | None = None) -> ToolSettings:
+    """The :class:`ToolSettings` of one tool, per-tool overrides applied; ``rules`` names the rule proposer
     and pre-filter the tool uses (its own, or the one an MCP tool borrows; ``built`` is the tool)."""
     s = cfg.sample
     o = s.per_tool.get(tool)
@@ -71,7 +80,7 @@ def tool_settings(cfg: PipelineConfig, tool: str, built: Tool | None = None) -> 
     if method != "rules" and built is not None and not built.prompt and cfg.sample.prompt != "none":
         raise ValueError(f"sample.method.{tool}: the paper's sampler needs a few-shot prompt, and {tool} has none "
                          "(an MCP tool's: tools.mcp_servers[i].prompts)")
-    return tau, k, m, method, rules
+    return ToolSettings(tau, k, m, method, rules)
 
 
 def check_tools(cfg: PipelineConfig) -> list[str]:
@@ -120,7 +129,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
     built = build_tools(cfg.tools, tools)  # MCP servers start: allow-lists, annotations and schemas checked
     close_tools(built)  # sampling calls no tool
     settings = {t: tool_settings(cfg, t, built[t]) for t in tools}
-    uses_sampler = any(s[3] in ("sampler", "both") for s in settings.values())
+    uses_sampler = any(s.method in ("sampler", "both") for s in settings.values())
     model, tok = load(with_weights(cfg.model, cfg.sample.model), cfg.calls)
     max_tokens = window_tokens(cfg, tok, model_window(model, cfg.model), uses_sampler,
                                [built[t].prompt for t in tools])
@@ -178,19 +187,19 @@ def finish(cfg: PipelineConfig, run, tools: list[str], n_documents: int, rejecte
 ANY_TOOL = ""  # make_samplers' key of the one sampler without a prompt (sample.prompt: none)
 
 
-def make_samplers(cfg: PipelineConfig, settings: dict[str, tuple], tools: dict[str, Tool], model, tok) -> dict:
+def make_samplers(cfg: PipelineConfig, settings: dict[str, ToolSettings], tools: dict[str, Tool], model, tok) -> dict:
     """A :class:`~toolformer.lm.sampler.Sampler` (the tool's few-shot prompt P(x)) per tool that samples; with
     sample.prompt none, one sampler without a prompt for them all, under the key ``ANY_TOOL``."""
     from toolformer.lm.sampler import Sampler
 
     style = get_style(cfg.calls.style)
-    sampling = [t for t, (_, _, _, method, _) in settings.items() if method in ("sampler", "both")]
+    sampling = [t for t, s in settings.items() if s.method in ("sampler", "both")]
     if cfg.sample.prompt == "none":
         return {ANY_TOOL: Sampler(model, tok, style, None, bos_ids(tok))} if sampling else {}
     return {t: Sampler(model, tok, style, render_prompt(tools[t], "{text}", style), bos_ids(tok)) for t in sampling}
 
 
-def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], samplers: dict,
+def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, ToolSettings], samplers: dict,
                    group: list[dict]) -> tuple[list[SampleRecord], dict[str, dict]]:
     """Candidate records of one shard's documents (per tool, its pre-filter, then
     rules and/or the sampler; the same call from both counts once), and per
@@ -199,7 +208,8 @@ def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, tuple], sampler
     per_doc: dict[int, list[SampleRecord]] = defaultdict(list)
     counts = {t: {"documents": 0, "positions": 0, "candidates": 0} for t in settings}
     free: dict[str, tuple[tuple[float, int, int], list[int]]] = {}  # tool -> (tau, k, m), its documents
-    for tool, (tau, k, m, method, rules) in settings.items():
+    for tool, s in settings.items():
+        tau, k, m, method, rules = s.tau, s.top_k, s.num_calls, s.method, s.rules
         keep = [j for j, d in enumerate(group)
                 if not cfg.sample.prefilter or passes_prefilter(rules, d, tokenized[j])]
         counts[tool]["documents"] = len(keep)

@@ -48,6 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolformer.config.text import decode_utf8
 from toolformer.tasks.metrics import gold_numbers, strip_units
 
 
@@ -107,10 +108,8 @@ def _json_lines(path: Path, text: str) -> Iterator[Record]:
 def read_records(path: Path) -> list[Record]:
     """The records of a JSON list, a JSON object holding the list (TriviaQA's
     ``Data``), or a JSON Lines file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise TaskFormatError(f"{path}: not UTF-8 (byte {e.start})") from None
+    text = decode_utf8(path.read_bytes(), path, "{where}: not UTF-8 (byte {offset})", error=TaskFormatError)
+    text = text.replace("\r\n", "\n").replace("\r", "\n")  # the newlines of a file read as text
     head = text.lstrip()[:1]
     if head == "[" or head == "{":
         try:

@@ -28,7 +28,7 @@ def known_tools(cfg) -> list[str]:
 def build_tool(name: str, cfg=None) -> Tool:
     """Instantiate tool ``name`` with paths and limits from a ToolsConfig (an MCP tool starts its server:
     close it with ``tool.close()``)."""
-    from toolformer.config.schema import ToolsConfig
+    from toolformer.config.tools import ToolsConfig
     from toolformer.tools.mcpclient import build_mcp_tools, mcp_names
 
     cfg = cfg or ToolsConfig()

@@ -62,10 +62,10 @@ import json
 from typing import TYPE_CHECKING
 
 from toolformer.tools.base import Tool, ToolError, side_effects_allowed
-from toolformer.tools.mcpsession import CLOSE_WAIT_S, McpServer, close_all  # noqa: F401 (as before)
+from toolformer.tools.mcpsession import McpServer
 
 if TYPE_CHECKING:
-    from toolformer.config.schema import ToolsConfig
+    from toolformer.config.tools import ToolsConfig
 
 
 def mcp_names(cfg: ToolsConfig) -> dict[str, tuple[int, str]]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from toolformer.tools.base import ToolError
 
 if TYPE_CHECKING:
-    from toolformer.config.schema import McpServerConfig
+    from toolformer.config.tools import McpServerConfig
 
 
 _LIVE: set[McpServer] = set()  # servers started and not yet closed (closed at exit)

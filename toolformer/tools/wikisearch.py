@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from toolformer.config.text import decode_utf8
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -45,17 +46,14 @@ def _lines(f, path: Path) -> Iterator[str]:
         left -= len(line)
         if left < 0:
             raise ToolError("bad_data", f"{path}: grew past {MAX_DATA_BYTES:,} bytes while it was read")
-        try:
-            yield line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"{path}:{n}: not UTF-8 text") from None
+        yield decode_utf8(line, path, "{where}:{line}: not UTF-8 text", line=n)
 
 
 def read_collection(path: str | Path, required: tuple[str, ...], setting: str = "tools.collection") -> list[dict]:
     """A tool's JSONL collection; a missing file, or one that is not a regular file of at most MAX_DATA_BYTES,
     is the tool's error naming the path (its hint names the ``setting`` that gives it); a bad line or a record
     without a ``required`` key is a ValueError naming the file and line."""
-    from toolformer.run.folder import jsonl_records
+    from toolformer.rundir.files import jsonl_records
 
     path = Path(path)
     hint = f"{setting}: a JSONL file of at most {MAX_DATA_BYTES:,} bytes"

@@ -71,8 +71,8 @@ def main() -> None:
             rows.append({"text": before + tail(it), "char_start": len(before), "tool": "Calculator",
                          "input": it.calls[step], "result": result, "wrong": str(int(result) + 1)})
         r = copy_probe(model, tok, rows)
-        print(f"{name}: {r['loss_none']:.2f} / {r['loss_correct']:.2f}; kept {100 * r['kept_tau_0.5']:.0f} % "
-              f"at 0.5, {100 * r['kept_tau_1.0']:.0f} % at 1.0, of {r['items']}")
+        print(f"{name}: {r['loss_none']:.2f} / {r['loss_correct']:.2f}; kept {fmt_pct(r['kept_tau_0.5'], digits=0)} "
+              f"at 0.5, {fmt_pct(r['kept_tau_1.0'], digits=0)} at 1.0, of {r['items']}")
 
 
 if __name__ == "__main__":

@@ -27,9 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gold_by_tau: {e}", file=sys.stderr)
         return 2
     for r in rows:
-        precision = "–" if r["precision"] is None else f"{100 * r['precision']:.1f} %"
+        precision = "–" if r["precision"] is None else fmt_pct(r['precision'])
         print(f"{args.tool} tau_f {r['tau']:g}: kept {r['kept']:,} ({r['kept_right']:,} right), "
-              f"precision {precision}, recall {100 * r['recall']:.1f} %")
+              f"precision {precision}, recall {fmt_pct(r['recall'])}")
     return 0
 
 

@@ -1,0 +1,96 @@
+"""``toolformer bench``, ``preflight``, ``demo`` and ``world``: the jobs built on the stages, the small world's
+commands among them (:mod:`toolformer.smallworld`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from toolformer.cli.common import config_file, hold_and_run, load_pipeline
+
+BASE_MODEL_FILES = ("model.safetensors", "tokenizer.json")
+
+
+def load_world(args):
+    """The small-world config of ``demo`` and ``world ...`` (toolformer.smallworld.config): ``--config``, by default
+    the packaged demo config (the repository's configs/demo.yaml)."""
+    from toolformer.smallworld.config import load_smallworld
+
+    overrides = list(args.overrides)
+    if getattr(args, "rounds", None) is not None:
+        overrides.append(f"demo.rounds={args.rounds}")
+    return load_smallworld(config_file(args.config, default="demo"), overrides)
+
+
+def check_start_model(sw) -> None:
+    """Before ``demo`` or ``world pretrain`` writes anything: the base model that pre-training continues
+    (``pretrain.init_from``, by default the repository's data/world-base-start) is there. The repository ships it
+    and data/world-base (10 MB of weights), the package does not: a ValueError (exit 2) says where it is expected
+    and how to get it."""
+    start = sw.pretrain.init_from
+    if not start or all((Path(start) / name).is_file() for name in BASE_MODEL_FILES):
+        return
+    raise ValueError(
+        f"pretrain.init_from: no base model in {start} (from {Path.cwd()}): the small world's base models "
+        "(data/world-base-start, data/world-base) ship with the repository, not the package; run from a clone's "
+        "root (git clone, then `toolformer demo` there), or pass pretrain.init_from=CLONE/data/world-base-start "
+        "pretrain.shipped=CLONE/data/world-base, or train one here with pretrain.init_from='' (1,000 steps from "
+        "scratch, about 15 min on 2 cores, weaker than the shipped 6,000 steps of about 100 min: "
+        "docs/small-world.md, \"The base model\")")
+
+
+def cmd_bench(args) -> int:
+    if "--contention" in args.args:
+        from toolformer.bench.contention import main as contention_main
+
+        return contention_main([a for a in args.args if a != "--contention"])
+    from toolformer.bench.speed import main as bench_main
+
+    return bench_main(args.args)
+
+
+def cmd_preflight(args) -> int:
+    """Reads the model and the first documents; writes nothing (so it takes no lock)."""
+    from toolformer.preflight.check import main as preflight_main
+
+    if args.docs < 1 or args.probe < 0:
+        raise ValueError("--docs must be at least 1 and --probe at least 0")
+    return preflight_main(load_pipeline(args), args.docs, args.probe, args.json, str(config_file(args.config) or ""))
+
+
+def cmd_demo(args) -> int:
+    """``demo``: the whole method on the small world, in its run folder, under its lock."""
+    from toolformer.smallworld.demo import run_demo
+
+    sw = load_world(args)
+    check_start_model(sw)
+    return hold_and_run(sw.pipeline, "demo", lambda: run_demo(sw, force=args.force))
+
+
+def cmd_world(args) -> int:
+    """``world generate|pretrain|probe``: the first two write into the run folder, under its lock."""
+    from toolformer.smallworld.probe import cli_probe
+
+    sw = load_world(args)
+    if args.world_command == "probe":
+        return cli_probe(sw, args.model, args.json)
+    if args.world_command == "pretrain":
+        check_start_model(sw)
+    return hold_and_run(sw.pipeline, f"world {args.world_command}",
+                         lambda: WORLD_COMMANDS[args.world_command](sw, args.force))
+
+
+def _generate(sw, force: bool) -> None:
+    from toolformer.smallworld.generator import generate_world
+
+    generate_world(sw)
+
+
+def _pretrain(sw, force: bool) -> None:
+    from toolformer.smallworld.pretrain import pretrain_base_model
+
+    pretrain_base_model(sw, force=force)
+
+
+WORLD_COMMANDS: dict[str, Callable[[Any, bool], object]] = {"generate": _generate, "pretrain": _pretrain}
