@@ -6,6 +6,11 @@ in rank order, best first; every other token gets a much lower score. With
 ``with_prompt=True`` the script is called as ``script(text, prompt)``. The
 double keeps each row's token history in its "cache", so it works with the
 key/value-cache loop of :mod:`toolformer.lm.generate` exactly like a real model.
+``call_script`` writes one call inside an open call and ``generate_scripted`` runs
+``generate_with_tools`` on such a script.
+
+``FixedCallLM`` is the sampler's double (:mod:`toolformer.lm.sampler`): after a
+call-start token it writes a fixed token script, elsewhere its logits are uniform.
 """
 
 from __future__ import annotations
@@ -62,3 +67,67 @@ def follow(tokenizer, target: str, text: str):
     from toolformer.lm.tokenizer import encode_piece
 
     return encode_piece(tokenizer, target[len(text):])[0]
+
+
+CALL = "[Calculator(2+3) →"
+
+
+def call_script(tok, outside, call=CALL):
+    """Inside an open call write ``call``, then (if nothing was inserted) a
+    wrong result ` 7` and `]`; outside a call defer to ``outside(text)``."""
+
+    def script(text):
+        i = text.rfind("[")
+        if i != -1 and "]" not in text[i:]:
+            seg = text[i:]
+            if call.startswith(seg) and seg != call:
+                return [follow(tok, call, seg)]
+            return [" 7"] if seg.endswith("→") else ["]"]
+        return outside(text)
+
+    return script
+
+
+def generate_scripted(tok, script, sandbox, prompts=("Q: 2 + 3 = ?",), **kw):
+    """``generate_with_tools`` with a ScriptedLM of ``script`` and the plain call style."""
+    from toolformer.lm.generate import generate_with_tools
+    from toolformer.tools.calls import get_style
+
+    return generate_with_tools(ScriptedLM(tok, script), tok, list(prompts), sandbox, get_style("plain"), **kw)
+
+
+class TokenCache:
+    """FixedCallLM's key/value cache: just the tokens seen so far."""
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+
+    def batch_repeat_interleave(self, n):
+        self.tokens = self.tokens.repeat_interleave(n, 0)
+
+    def reorder_cache(self, index):
+        self.tokens = self.tokens[index]
+
+
+class FixedCallLM(torch.nn.Module):
+    """A causal LM double: after the call-start token it writes a fixed token
+    script (e.g. `Calculator(2+3)]`); elsewhere uniform logits."""
+
+    def __init__(self, vocab, script, start_ids):
+        super().__init__()
+        self.vocab, self.script, self.start_ids = vocab, script, set(start_ids)
+        self.dummy = torch.nn.Parameter(torch.zeros(1))
+
+    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=True):
+        hist = cache.tokens if cache is not None else torch.zeros((input_ids.shape[0], 0), dtype=torch.long)
+        full = torch.cat([hist, input_ids], dim=1)
+        B, T = input_ids.shape
+        logits = torch.zeros((B, T, self.vocab))  # (B, T, V)
+        for b in range(B):
+            seq = full[b].tolist()
+            for t in range(T):
+                upto = seq[: hist.shape[1] + t + 1]
+                last_start = max((k for k, x in enumerate(upto) if x in self.start_ids), default=None)
+                if last_start is not None and len(upto) - 1 - last_start < len(self.script):
+                    logits[b, t, self.script[len(upto) - 1 - last_start]] = 50.0
+        return SimpleNamespace(logits=logits, cache=TokenCache(full))

@@ -4,7 +4,7 @@ import json
 import shutil
 
 import pytest
-from helpers import shard_records
+from helpers import ROOT, shard_records
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
@@ -44,9 +44,7 @@ def tiny_cfg(repo_root, model_dir, run_dir, *extra):
 
 @pytest.fixture(scope="module")
 def annotated(tiny_model_dir, tmp_path_factory):
-    from pathlib import Path
-
-    repo_root = Path(__file__).resolve().parent.parent
+    repo_root = ROOT
     run_dir = tmp_path_factory.mktemp("run") / "tiny"
     run_dir.mkdir()
     for name in ("collection.jsonl", "knowledge.jsonl"):

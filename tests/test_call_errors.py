@@ -1,10 +1,8 @@
 """python -m toolformer.smallworld.lab.call_errors: a greedy call's operands, each by how it is wrong."""
 
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "Rosa sent 4723 cups and Tom sent 8,738 cups on 12 carts. How many cups in all? The answer is"
 
 

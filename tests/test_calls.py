@@ -94,3 +94,21 @@ def test_special_tokens_registered_and_embeddings_resized(tiny_model_dir):
     assert model.get_input_embeddings().weight.shape[0] == len(tok) == before + len(new)
     ids = tok("<API>QA(x) → y</API>", add_special_tokens=False)["input_ids"]
     assert tok.convert_tokens_to_ids("<API>") in ids and tok.convert_tokens_to_ids("</API>") in ids
+
+
+def test_tokenizer_lacking_markers_is_refused():
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from toolformer.lm.modeling import check_markers
+    from toolformer.tools.calls import STYLES
+
+    backend = Tokenizer(models.WordLevel({"<unk>": 0, "plain": 1, "words": 2}, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=backend, unk_token="<unk>")
+    with pytest.raises(ValueError, match="cannot represent the call marker '\\['.*calls.style=special"):
+        check_markers(tok, STYLES["plain"], "t")
+    from toolformer.tools.calls import add_call_tokens
+
+    add_call_tokens(tok, None, STYLES["special"])
+    check_markers(tok, STYLES["special"], "t")  # the special style adds its markers: accepted

@@ -5,10 +5,9 @@ evaluate row that allows it, and the prompt cut that leaves room for it."""
 
 import json
 import re
-from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, shard_records, write_jsonl
+from helpers import ROOT, read_jsonl, shard_records, write_jsonl
 from scripted_lm import ScriptedLM, follow
 
 from toolformer.config.load import from_dict, load_config
@@ -20,7 +19,6 @@ from toolformer.tools import build_tool
 from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import Sandbox
 
-ROOT = Path(__file__).resolve().parent.parent
 STYLE = get_style("plain")
 STEPS = re.compile(r"(\d+) (\S) (\d+), then (\S) (\d+)")
 
@@ -165,7 +163,7 @@ def test_inline_calls_and_offsets_back():
 def twostep_run(tmp_path, n_docs: int, *overrides):
     """A run folder of the demo config on ``n_docs`` two-step documents of a small world, the shipped base model,
     Calculator rules only, filtered at the paper's tau_f 0.5 for the calculator; returns (config, documents)."""
-    from test_world import small_cfg
+    from worlds import small_cfg
 
     from toolformer.smallworld import generate_world
 

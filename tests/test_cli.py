@@ -6,6 +6,7 @@ from helpers import run_cli
 from toolformer.cli.app import main
 
 
+@pytest.mark.slow
 def test_help_lists_stage_commands():
     out = run_cli(["--help"])
     assert out.returncode == 0
@@ -50,3 +51,32 @@ def test_tiny_model_tokenizer_texts_come_from_a_named_folder(tmp_path, repo_root
     texts = tiny_tokenizer_texts(repo_root / "data")
     corpus = (repo_root / "data" / "corpus.jsonl").read_text(encoding="utf-8").splitlines()
     assert set(corpus) <= set(texts)
+
+
+def test_tool_inputs_that_start_with_a_dash(capsys):
+    assert main(["tool", "Calculator", "-(-(-1))"]) == 0
+    assert capsys.readouterr().out.strip() == "-1"
+    for args in (["tool", "Calculator", "--", "-(-(-1))", "--json"], ["tool", "--json", "Calculator", "-(-(-1))"],
+                 ["tool", "Calculator", "-(-(-1))", "--json"]):
+        assert main(args) == 0, args
+        assert json.loads(capsys.readouterr().out) == {"tool": "Calculator", "input": "-(-(-1))", "result": "-1",
+                                                       "error": None}
+
+
+def test_calendar_says_invalid_date(capsys):
+    assert main(["tool", "Calendar", "", "--date", "2023-02-30", "--json"]) == 1
+    error = json.loads(capsys.readouterr().out)["error"]
+    assert error["code"] == "bad_date" and "invalid date" in error["message"] and "YYYY" not in error["message"]
+    assert main(["tool", "Calendar", "", "--date", "30.02.2023"]) == 1
+    assert "is not YYYY-MM-DD" in capsys.readouterr().err
+
+
+def test_generate_reports_a_cut_prompt(tiny_model_dir, capsys):
+    long = " ".join(f"word{i}" for i in range(1200))
+    assert main(["generate", "--model", tiny_model_dir, "--json", "--max-new-tokens", "2", "--disabled", long,
+                 "short"]) == 0
+    out = capsys.readouterr()
+    cut, whole = [json.loads(x) for x in out.out.splitlines()]
+    assert cut["prompt_tokens_cut"] > 0 and whole["prompt_tokens_cut"] == 0
+    assert f"generate: prompt 1: its first {cut['prompt_tokens_cut']} token(s) were cut" in out.err
+    assert "prompt 2" not in out.err

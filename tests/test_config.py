@@ -1,6 +1,7 @@
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
@@ -79,3 +80,13 @@ def test_shipped_configs_load_and_say_how_to_run(repo_root: Path):
             load_config(PipelineConfig, f)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("override, message", [
+    ("filter.tau_filtre=1", "filter.tau_filtre: unknown key"),
+    ("sample.top_k=lots", "sample.top_k: expected an integer"),
+    ("model.path=/no/such/model", "model folder /no/such/model does not exist"),
+])
+def test_bad_config_clear_message(override, message, tiny_model_dir):
+    res = run_cli(["sample", "--config", "configs/tiny.yaml", f"model.path={tiny_model_dir}", "run_dir=/tmp/tf-bad",
+                override])
+    assert res.returncode == 2 and message in res.stderr, res.stderr[-2000:]

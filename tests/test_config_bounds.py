@@ -103,6 +103,7 @@ def test_invalid_utf8_config_names_the_file(tmp_path, capsys):
     assert f"{path}: not UTF-8 text (byte 17)" in err and "Traceback" not in err
 
 
+@pytest.mark.slow
 def test_alias_bomb_with_an_override_exits_2_fast_in_bounded_memory(tmp_path):
     bomb = tmp_path / "lol.yaml"
     bomb.write_text(f"run_dir: {tmp_path / 'run'}\n" + billion_laughs())

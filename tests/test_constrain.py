@@ -4,9 +4,9 @@ BPE vocabulary, and scripted models whose malformed calls come out well formed w
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scripted_lm import ScriptedLM, follow
@@ -24,7 +24,6 @@ from toolformer.tools.qa import QA
 from toolformer.tools.sandbox import Sandbox
 
 STYLE = get_style("plain")
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")

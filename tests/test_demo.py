@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from toolformer.smallworld.config import load_smallworld
 from toolformer.smallworld.demo import demo_rows, run_demo
 
 pytestmark = pytest.mark.slow  # trains a base model and fine-tunes two: about a minute
-ROOT = Path(__file__).resolve().parent.parent
 
 REDUCED = [
     "world.pretrain_docs=600", "world.corpus_docs=60", "world.heldout_docs=20", "world.eval_math=12",

@@ -3,14 +3,14 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import read_jsonl, write_jsonl
+from helpers import ROOT, read_jsonl, write_jsonl
 from scripted_lm import ScriptedLM, follow
 
 from toolformer.config.load import ConfigError, from_dict
 from toolformer.config.schema import PipelineConfig
 from toolformer.stages import evaluate as ev_stage
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = ROOT / "tests" / "fixtures" / "eval"
 
 
 @pytest.fixture
@@ -45,12 +45,9 @@ def make_cfg(root: Path, **evaluate) -> PipelineConfig:
     return from_dict(PipelineConfig, data, "<test>")
 
 
-def test_stage_writes_results_table_and_predictions(run_dir, capsys):
-    # top_k_trigger = whole vocabulary: the tool row calls at the first step of every item.
-    cfg = make_cfg(run_dir, top_k_trigger=600)
-    summary = ev_stage.run_stage(cfg).output
-    out = run_dir / "run" / "eval"
-    res = json.loads((out / "results.json").read_text())
+def assert_results_file(res: dict, summary, run_dir: Path, out: Path) -> None:
+    """results.json: the summary, its rows, models, seed and versions, the tasks with their items in the file,
+    scored and skipped (the reasons, and the skipped records on disk)."""
     assert res == json.loads(json.dumps(summary))
     assert list(res["rows"]) == ["base", "toolformer_disabled", "toolformer", "control"]
     assert res["models"]["toolformer"] == str(run_dir / "run" / "model")
@@ -64,6 +61,9 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     assert [r["id"] for r in read_jsonl(out / "rejected" / "lama.jsonl")] == ["t-3"]
     assert read_jsonl(out / "rejected" / "svamp.jsonl") == []
 
+
+def assert_cells_are_their_predictions(res: dict, out: Path) -> None:
+    """Each row's cell per task: accuracy and call rate of its predictions file; the row's arithmetic and QA."""
     for name, row in res["rows"].items():
         assert set(row["tasks"]) == {"svamp", "triviaqa", "lama"}
         for task, cell in row["tasks"].items():
@@ -79,7 +79,8 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
         qa = (row["tasks"]["triviaqa"]["accuracy"] + row["tasks"]["lama"]["accuracy"]) / 2
         assert row["qa"] == pytest.approx(qa)
 
-    rows = res["rows"]
+
+def assert_only_the_tool_row_calls(rows: dict, out: Path) -> None:
     assert rows["toolformer_disabled"]["call_rate"] == 0 and rows["base"]["call_rate"] == 0
     assert rows["control"]["call_rate"] == 0
     for name in rows:
@@ -88,6 +89,8 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
                 # Only the tool row starts calls (the random model then writes no valid one).
                 assert p["output"].lstrip(" ").startswith("[") == (name == "toolformer"), (name, p["output"])
 
+
+def assert_perplexity_table_and_manifest(rows: dict, run_dir: Path, out: Path) -> None:
     # Perplexity: every row but toolformer; the same weights give the same number.
     assert rows["toolformer"]["perplexity"] is None
     ppl = rows["base"]["perplexity"]
@@ -103,6 +106,19 @@ def test_stage_writes_results_table_and_predictions(run_dir, capsys):
     assert manifest["counts"]["per_row"]["toolformer"] == {
         "items": 7, "correct": sum(c["correct"] for c in rows["toolformer"]["tasks"].values()),
         "with_calls": sum(c["with_calls"] for c in rows["toolformer"]["tasks"].values())}
+
+
+def test_stage_writes_results_table_and_predictions(run_dir, capsys):
+    # top_k_trigger = whole vocabulary: the tool row calls at the first step of every item.
+    cfg = make_cfg(run_dir, top_k_trigger=600)
+    summary = ev_stage.run_stage(cfg).output
+    out = run_dir / "run" / "eval"
+    res = json.loads((out / "results.json").read_text())
+    assert_results_file(res, summary, run_dir, out)
+    assert_cells_are_their_predictions(res, out)
+    rows = res["rows"]
+    assert_only_the_tool_row_calls(rows, out)
+    assert_perplexity_table_and_manifest(rows, run_dir, out)
     printed = capsys.readouterr().out
     last = printed.strip().splitlines()[-1]
     assert last.startswith("evaluate: 4 row(s) × 3 task(s), 7 items per row; correct: base ")

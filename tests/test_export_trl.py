@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import filter_record, read_jsonl, shard_records, write_filter_run
+from helpers import ROOT, filter_record, read_jsonl, shard_records, write_filter_run
 from jsonschema import Draft202012Validator
 
 from toolformer.cli.app import main
@@ -24,7 +24,6 @@ from toolformer.stages.build import run_stage as build
 from toolformer.tools import build_tool
 from toolformer.tools.calls import get_style, insert_calls
 
-ROOT = Path(__file__).resolve().parent.parent
 TAU = 0.0  # the tiny random model's margins lie around 0: the filter keeps some calls and rejects others
 STYLE = get_style("plain")
 

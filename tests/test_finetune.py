@@ -5,27 +5,12 @@ import json
 import pytest
 import torch
 from datasets import Dataset
-from helpers import write_build
+from runs import write_sums_with_calls
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.stages.finetune import run_stage, split_dev
-
-
-def write_sums(run_dir, n=24):
-    """A build stage output made by hand: calls inline in half of the documents."""
-    texts, augmented = [], []
-    for i in range(n):
-        a, b = 10 + i, 3 * i + 1
-        if i % 2:
-            texts.append(f"Vell had {a} boats and bought {b} more, {a} + {b} = "
-                         f"[Calculator({a} + {b}) → {a + b}] {a + b}.")
-        else:
-            texts.append(f"Vell had {a} boats and bought {b} more, so it had {a + b} boats.")
-        augmented.append(bool(i % 2))
-    write_build(run_dir, texts, doc_id=[str(i) for i in range(n)], augmented=augmented, calls=["[]"] * n)
-    return texts
 
 
 def config(tmp_path, tiny_model_dir, *overrides):
@@ -41,7 +26,7 @@ def config(tmp_path, tiny_model_dir, *overrides):
 
 @pytest.mark.slow
 def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, capsys):
-    write_sums(tmp_path / "run")
+    write_sums_with_calls(tmp_path / "run")
     cfg = config(tmp_path, tiny_model_dir)
     manifest = run_stage(cfg).manifest
     out = tmp_path / "run" / "model"
@@ -73,7 +58,7 @@ def test_tuned_weights_saved_in_the_asked_dtype(tmp_path, tiny_model_dir, repo_r
     from safetensors import safe_open
 
     monkeypatch.chdir(repo_root)  # the default tools' data: data/collection.jsonl, data/knowledge.jsonl
-    write_sums(tmp_path / "run")
+    write_sums_with_calls(tmp_path / "run")
     run_stage(config(tmp_path, tiny_model_dir, "finetune.save_dtype=bfloat16", "finetune.max_steps=2"))
     out = tmp_path / "run" / "model"
     # The folder records its tools; their small data is copied into it.
@@ -95,7 +80,7 @@ def test_tuned_weights_saved_in_the_asked_dtype(tmp_path, tiny_model_dir, repo_r
 def test_control_data_set_and_special_call_tokens(tmp_path, tiny_model_dir):
     """Any saved data set (e.g. plain documents for a control model), another
     output folder, and the special-token call style whose tokens are added."""
-    texts = write_sums(tmp_path / "run")
+    texts = write_sums_with_calls(tmp_path / "run")
     plain = tmp_path / "plain"
     Dataset.from_dict({"text": [t.split(", ")[0] + "." for t in texts]}).save_to_disk(str(plain))
     cfg = config(tmp_path, tiny_model_dir, f"finetune.dataset={plain}", f"finetune.output_dir={tmp_path / 'control'}",

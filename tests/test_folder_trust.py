@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from toolformer.api import ToolformerModel
 from toolformer.cli.app import main
@@ -19,7 +20,6 @@ from toolformer.config.schema import PipelineConfig
 from toolformer.lm.foldertrust import FolderTrustError
 from toolformer.lm.modelfolder import SPEC_FILE, read_spec, write_spec
 
-ROOT = Path(__file__).resolve().parent.parent
 SERVER = ROOT / "tests" / "fixtures" / "mcp_servers" / "server.py"
 
 
@@ -91,6 +91,7 @@ def test_the_opt_in_runs_the_declared_command_and_says_which(tmp_path, tiny_mode
     assert code != 0
 
 
+@pytest.mark.slow  # starts the user's MCP server (a Python process)
 def test_a_declared_server_does_not_shadow_the_users_own(tmp_path, tiny_model_dir):
     """A server the user's own config declares is the user's: the folder's tool by that name is allowed."""
     folder = published(tmp_path, tiny_model_dir)
@@ -105,6 +106,7 @@ def test_a_declared_server_does_not_shadow_the_users_own(tmp_path, tiny_model_di
         assert tf.sandbox.run("gaz.lookup", "Aldermoor").result.startswith("Aldermoor: market town")
 
 
+@pytest.mark.slow  # starts the MCP server (a Python process)
 def test_side_effects_the_folder_allows_are_not_allowed(tmp_path, tiny_model_dir, capsys):
     folder = published(tmp_path, tiny_model_dir)
     server = {"name": "d", "command": sys.executable, "args": [str(SERVER), "destructive"], "allow": ["wipe"]}

@@ -2,7 +2,7 @@ import json
 
 import pytest
 import torch
-from scripted_lm import ScriptedLM, follow
+from scripted_lm import call_script, follow, generate_scripted
 
 from toolformer.lm.generate import generate_with_tools
 from toolformer.lm.textpos import marker_token_ids
@@ -11,7 +11,6 @@ from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import Sandbox
 
 STYLE = get_style("plain")
-CALL = "[Calculator(2+3) →"
 FILLERS = [" 1", " 2", " 3", " 4", " 6", " 8", " 9", " a", " b", " c"]
 
 
@@ -19,26 +18,6 @@ FILLERS = [" 1", " 2", " 3", " 4", " 6", " 8", " 9", " a", " b", " c"]
 def sandbox():
     tools = {n: build_tool(n) for n in ("Calculator", "Calendar")}
     return Sandbox(tools, timeout_s=5.0, forbidden_markers=("[", "]", "→"))
-
-
-def call_script(tok, outside, call=CALL):
-    """Inside an open call write ``call``, then (if nothing was inserted) a
-    wrong result ` 7` and `]`; outside a call defer to ``outside(text)``."""
-
-    def script(text):
-        i = text.rfind("[")
-        if i != -1 and "]" not in text[i:]:
-            seg = text[i:]
-            if call.startswith(seg) and seg != call:
-                return [follow(tok, call, seg)]
-            return [" 7"] if seg.endswith("→") else ["]"]
-        return outside(text)
-
-    return script
-
-
-def run(tok, script, sandbox, prompts=("Q: 2 + 3 = ?",), **kw):
-    return generate_with_tools(ScriptedLM(tok, script), tok, list(prompts), sandbox, STYLE, **kw)
 
 
 def test_call_start_tokens_include_space_variant(tok):
@@ -59,7 +38,7 @@ def test_result_is_inserted_and_decoding_continues(tok, sandbox):
             return ["["]
         return [follow(tok, text[: text.index("]") + 1] + " done.", text)]
 
-    (g,) = run(tok, call_script(tok, outside), sandbox)
+    (g,) = generate_scripted(tok, call_script(tok, outside), sandbox)
     assert g.text == "[Calculator(2+3) → 5] done."  # not the model's own " 7"
     assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": "5", "error": None}]
     assert g.text_without_calls == "done."
@@ -82,7 +61,7 @@ def _ranked(tok, rank: int):
 
 @pytest.mark.parametrize("rank, expect_call", [(1, True), (3, True), (10, True), (11, False)])
 def test_top_k_trigger(tok, sandbox, rank, expect_call):
-    (g,) = run(tok, call_script(tok, _ranked(tok, rank)), sandbox, top_k_trigger=10)
+    (g,) = generate_scripted(tok, call_script(tok, _ranked(tok, rank)), sandbox, top_k_trigger=10)
     if expect_call:
         assert g.text == " [Calculator(2+3) → 5] done"
         assert [c["result"] for c in g.calls] == ["5"]
@@ -91,12 +70,12 @@ def test_top_k_trigger(tok, sandbox, rank, expect_call):
 
 
 def test_top_k_one_is_plain_greedy(tok, sandbox):
-    (g,) = run(tok, call_script(tok, _ranked(tok, 2)), sandbox, top_k_trigger=1)
+    (g,) = generate_scripted(tok, call_script(tok, _ranked(tok, 2)), sandbox, top_k_trigger=1)
     assert g.text == " 5 done" and g.calls == []
 
 
 def test_disabled_never_calls(tok, sandbox):
-    (g,) = run(tok, call_script(tok, _ranked(tok, 1)), sandbox, disabled=True)
+    (g,) = generate_scripted(tok, call_script(tok, _ranked(tok, 1)), sandbox, disabled=True)
     assert g.text == " 5 done" and g.calls == []  # ` [` was the argmax, yet p = 0
 
 
@@ -113,14 +92,14 @@ def _greedy_caller(tok):
 def test_call_limit(tok, sandbox, max_calls):
     """At most ``max_calls`` calls, and none right after a call's result: a model that always wants a call
     writes ` 9` between two calls (calls never touch in the fine-tuning data)."""
-    (g,) = run(tok, call_script(tok, lambda text: [" [", " 9"] if text.count(" 9") < 3 else [tok.eos_token_id]),
-               sandbox, max_calls=max_calls)
+    (g,) = generate_scripted(tok, call_script(tok, lambda text: [" [", " 9"] if text.count(" 9") < 3
+                                              else [tok.eos_token_id]), sandbox, max_calls=max_calls)
     assert len(g.calls) == max_calls
     assert g.text == " [Calculator(2+3) → 5] 9" * max_calls + " 9" * (3 - max_calls)
 
 
 def test_budget_counts_model_tokens_and_finishes_insertion(tok, sandbox):
-    (g,) = run(tok, _greedy_caller(tok), sandbox, max_new_tokens=9)
+    (g,) = generate_scripted(tok, _greedy_caller(tok), sandbox, max_new_tokens=9)
     # ` [`, Calculator, (, 2, +, 3, ), ` `, → are 9 chosen tokens; the result still lands.
     assert g.text == " [Calculator(2+3) → 5]" and len(g.calls) == 1
 
@@ -136,7 +115,7 @@ def test_malformed_calls_are_recorded_not_fatal(tok, sandbox, call, code):
             return ["["]
         return [follow(tok, text[: text.index("]") + 1] + " ok", text)]
 
-    (g,) = run(tok, call_script(tok, outside, call), sandbox, tools={"Calculator", "Calendar"})
+    (g,) = generate_scripted(tok, call_script(tok, outside, call), sandbox, tools={"Calculator", "Calendar"})
     assert g.calls[0]["error"]["code"] == code and g.calls[0]["result"] is None
     assert g.text == call + "] ok"  # closed without a result: e(c, ε)
 
@@ -145,7 +124,7 @@ def test_call_closed_without_arrow_is_recorded_not_executed(tok, sandbox):
     def outside(text):
         return ["["] if text == "" else [follow(tok, "[Calculator(2+3)] ok", text)]
 
-    (g,) = run(tok, call_script(tok, outside, "[Calculator(2+3)]"), sandbox)
+    (g,) = generate_scripted(tok, call_script(tok, outside, "[Calculator(2+3)]"), sandbox)
     assert g.text == "[Calculator(2+3)] ok"
     assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": None,
                         "error": {"code": "no_result_marker", "message": "call closed without →"}}]
@@ -155,7 +134,7 @@ def test_bracket_that_is_no_call_is_text(tok, sandbox):
     def script(text):
         return [follow(tok, " [1] then [Calculator(2+3) →", text)] if "→" not in text else [" 7"]
 
-    (g,) = run(tok, script, sandbox, max_new_tokens=14)
+    (g,) = generate_scripted(tok, script, sandbox, max_new_tokens=14)
     # `[1]` is not a call, so the single allowed call is still available.
     assert g.text.startswith(" [1] then [Calculator(2+3) → 5]")
     assert [c["input"] for c in g.calls] == ["2+3"]
@@ -166,8 +145,8 @@ def test_calendar_gets_the_prompt_date(tok, sandbox):
         return ["["] if text == "" else [tok.eos_token_id]
 
     prompts = ["a", "bb"]
-    gens = run(tok, call_script(tok, outside, "[Calendar() →"), sandbox, prompts=prompts,
-               dates=["2023-01-30", "2024-02-29"])
+    gens = generate_scripted(tok, call_script(tok, outside, "[Calendar() →"), sandbox, prompts=prompts,
+                             dates=["2023-01-30", "2024-02-29"])
     assert gens[0].calls[0]["result"] == "Today is Monday, January 30, 2023."
     assert gens[1].text == "[Calendar() → Today is Thursday, February 29, 2024.]"
 
@@ -237,7 +216,7 @@ def test_a_space_alone_after_a_result_is_not_text(tok, sandbox):
             return [" [", " a"]  # after text a call may start
         return [tok.eos_token_id]
 
-    (g,) = run(tok, call_script(tok, outside), sandbox, max_calls=2)
+    (g,) = generate_scripted(tok, call_script(tok, outside), sandbox, max_calls=2)
     assert g.text.startswith(" [Calculator(2+3) → 5] 9 [Calculator(2+3) → 5]"), g.text
     assert len(g.calls) == 2
 
@@ -264,6 +243,6 @@ def test_a_tokenizer_with_a_prefix_space_generates_the_same_calls(tiny_model_dir
             return ["["]
         return [follow(tok, text[: text.index("]") + 1] + " done.", text)]
 
-    (g,) = run(tok, call_script(tok, outside), sandbox, prompts=(prompt,))
+    (g,) = generate_scripted(tok, call_script(tok, outside), sandbox, prompts=(prompt,))
     assert g.text == "[Calculator(2+3) → 5] done."
     assert g.calls == [{"tool": "Calculator", "input": "2+3", "result": "5", "error": None}]

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from helpers import ROOT
 
 from toolformer.config.load import load_config, to_dict
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.trainargs import TrainArgs, batch_plan, mixed_precision, save_dtype
 
-ROOT = Path(__file__).resolve().parent.parent
 GPU_PAPER = ROOT / "configs" / "gpu-paper.yaml"
 FSDP_8GPU = ROOT / "configs" / "accelerate" / "fsdp-8gpu.yaml"
 ACCELERATE_CONFIGS = sorted((ROOT / "configs" / "accelerate").glob("*.yaml"))

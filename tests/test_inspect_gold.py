@@ -84,6 +84,7 @@ def test_gold_section_is_escaped_and_follows_the_tool_filter(tmp_path, capsys):
     assert '<tr data-tool="QA">' not in (run / "inspect" / "report.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_precision_and_recall_at_each_threshold(tmp_path):
     # Calculator margins: 2.1 right at g0, 1.0 wrong at g1's gold, 1.8 wrong 4 characters early, 0.6 in a document
     # without gold calls, 1.5 in one not annotated (not judged).
@@ -110,6 +111,7 @@ def test_no_sweep_below_the_runs_tau_where_the_filter_left_losses_out(tmp_path):
     assert gold_by_tau(run, "QA", [0.25])[0]["kept"] == 3  # QA lost no loss
 
 
+@pytest.mark.slow
 def test_a_run_without_gold_or_filter_says_so(tmp_path):
     docs = [{k: v for k, v in d.items() if k != "gold_calls"} for d in GOLD_DOCS]
     run = make_run(tmp_path / "a", docs=docs, calls=GOLD_RUN_CALLS)

@@ -9,11 +9,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import run_cli, shard_lines
+from helpers import ROOT, run_cli, shard_lines
 
 from toolformer.cli.app import main
 
-ROOT = Path(__file__).resolve().parent.parent
 STAGES = ("sample", "execute", "filter")
 
 
@@ -207,6 +206,7 @@ def test_garbled_shard_line_is_exit_2_naming_file_and_line(damage, run_dir, tiny
     assert f"{shard}:3: " + ("invalid JSON" if damage == "broken JSON" else "invalid UTF-8") in line
 
 
+@pytest.mark.slow
 def test_interrupted_stage_resumes_without_being_flagged(finished_run, run_dir, tiny_model_dir):
     args = ["filter", "--config", "configs/tiny.yaml", *_overrides(tiny_model_dir, run_dir)]
     killed = run_cli([*args, "--force"], {"TOOLFORMER_FAULT": "filter:2"})

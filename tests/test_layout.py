@@ -7,8 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent / "toolformer"
+PACKAGE = ROOT / "toolformer"
+TESTS = ROOT / "tests"
 LAYERS = [("version",), ("config",), ("rundir",), ("tools",), ("lm",), ("api",), ("corpus", "tasks"), ("inspect",),
           ("stages",), ("pipeline",), ("smallworld",), ("bench", "preflight", "integrations"), ("cli",)]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
@@ -17,14 +19,14 @@ IMPORT = re.compile(r"^\s*(?:from|import) toolformer\.([a-z_]+)", re.M)
 
 def test_every_module_imports_only_layers_above_it():
     offences = []
-    for f in sorted(ROOT.rglob("*.py")):
-        me = f.relative_to(ROOT).with_suffix("").parts[0]
+    for f in sorted(PACKAGE.rglob("*.py")):
+        me = f.relative_to(PACKAGE).with_suffix("").parts[0]
         if me == "__init__":
             continue
         assert me in RANK, f"{f}: not in any layer of tests/test_layout.py and CONTRIBUTING.md"
         for other in IMPORT.findall(f.read_text(encoding="utf-8")):
             if other != me and RANK[other] > RANK[me]:
-                offences.append(f"{f.relative_to(ROOT.parent)} imports toolformer.{other}")
+                offences.append(f"{f.relative_to(ROOT)} imports toolformer.{other}")
     assert not offences, offences
 
 
@@ -122,7 +124,7 @@ def test_import_cycles_are_found_through_functions_and_type_checking(tmp_path):
 
 def test_no_import_cycles():
     """No module of toolformer/ imports itself through others, not even inside a function or for type checking."""
-    assert import_cycles(import_graph(ROOT)) == []
+    assert import_cycles(import_graph(PACKAGE)) == []
 
 
 def test_config_names_what_the_layers_below_register():
@@ -173,14 +175,112 @@ def test_long_functions_and_files_are_found(tmp_path):
 
 
 def test_no_function_longer_than_60_lines():
-    """A longer function is split into helpers that say what each part computes."""
-    assert long_functions(sorted(ROOT.rglob("*.py"))) == []
+    """A longer function is split into helpers that say what each part computes; a longer test into the checks
+    it makes, each a function named for what it asserts (tests/ too)."""
+    assert long_functions(sorted(PACKAGE.rglob("*.py"))) == []
+    assert long_functions(sorted(TESTS.rglob("*.py"))) == []
 
 
 def test_no_module_longer_than_400_lines():
     """A longer module is split along a seam into a module of the same package (its names importable from
-    where they were)."""
-    assert long_files(sorted(ROOT.rglob("*.py"))) == []
+    where they were); a longer test file by subject into files named for what they test (tests/ too)."""
+    assert long_files(sorted(PACKAGE.rglob("*.py"))) == []
+    assert long_files(sorted(TESTS.rglob("*.py"))) == []
+
+
+# A test that starts a Python process is marked slow (pyproject.toml, the `slow` marker). Seen here: the helpers
+# and clients below, subprocess or asyncio with sys.executable among the arguments, and a shell (bash or sh) that
+# runs a script or a command line (each one the suite starts runs toolformer; `bash -n`, a syntax check, does
+# not); through a function of the test's module or of a helper module of tests/, or a fixture, at any depth. Not
+# seen: a process the product starts (an MCP server a config names, the contention benchmark's spinners): those
+# tests carry the mark by hand.
+STARTS_PYTHON = {"run_cli", "mcp_serve_params", "stdio_client"}
+SPAWNS = {"run", "Popen", "call", "check_call", "check_output", "create_subprocess_exec"}
+
+
+def _called(node: ast.Call) -> str | None:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+
+
+def spawns_python(call: ast.Call) -> bool:
+    """Whether ``call`` starts a Python process by itself (see STARTS_PYTHON)."""
+    if _called(call) in STARTS_PYTHON:
+        return True
+    f = call.func
+    if not (isinstance(f, ast.Attribute) and f.attr in SPAWNS and isinstance(f.value, ast.Name)
+            and f.value.id in ("subprocess", "asyncio")):
+        return False
+    if any(isinstance(n, ast.Attribute) and n.attr == "executable" and isinstance(n.value, ast.Name)
+           and n.value.id == "sys" for n in ast.walk(call)):
+        return True
+    argv = call.args[0].elts if call.args and isinstance(call.args[0], ast.List) else []
+    words = [w.value if isinstance(w, ast.Constant) else None for w in argv[:2]]
+    return bool(words) and words[0] in ("bash", "sh") and words[1:] != ["-n"]
+
+
+def _functions(path: Path) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
+    return {n.name: n for n in ast.parse(path.read_text(encoding="utf-8"), str(path)).body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+
+
+def _is_fixture(fn) -> bool:
+    return any("fixture" in ast.unparse(d) for d in fn.decorator_list)
+
+
+def python_starters(functions: dict) -> set[str]:
+    """The names of ``functions`` that start a Python process: by a call of spawns_python, a call (by its name) of
+    one of them, or, for a test or a fixture, a parameter naming a fixture that does."""
+    found: set[str] = set()
+    grew = True
+    while grew:
+        grew = False
+        for name, fn in functions.items():
+            if name in found:
+                continue
+            calls = [c for c in ast.walk(fn) if isinstance(c, ast.Call)]
+            if (any(spawns_python(c) or (isinstance(c.func, ast.Name) and c.func.id in found) for c in calls)
+                    or ((name.startswith("test_") or _is_fixture(fn))
+                        and any(a.arg in found and _is_fixture(functions[a.arg]) for a in fn.args.args))):
+                found.add(name)
+                grew = True
+    return found
+
+
+def unmarked_python_starters(test_files: list[Path], helper_files: list[Path]) -> list[str]:
+    """``file::test`` for every test of ``test_files`` that starts a Python process (its own functions and those
+    of ``helper_files`` followed) without the slow mark on it or on its module (``pytestmark``)."""
+    shared = {name: fn for f in helper_files for name, fn in _functions(f).items()}
+    found = []
+    for f in test_files:
+        tree = ast.parse(f.read_text(encoding="utf-8"), str(f))
+        module_slow = any(isinstance(n, ast.Assign) and any(getattr(t, "id", None) == "pytestmark" for t in n.targets)
+                          and "mark.slow" in ast.unparse(n.value) for n in tree.body)
+        own = _functions(f)
+        for name in sorted(python_starters({**shared, **own}) & {n for n in own if n.startswith("test_")}):
+            if not module_slow and not any(ast.unparse(d) == "pytest.mark.slow" for d in own[name].decorator_list):
+                found.append(f"{f.name}::{name}")
+    return found
+
+
+def test_a_test_that_starts_python_is_marked_slow(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "import subprocess, sys\nimport pytest\nfrom helpers import run_cli\n\n"
+        "def spawn():\n    return subprocess.run([sys.executable, '-c', 'pass'])\n\n"
+        "@pytest.fixture\ndef server():\n    yield spawn()\n\n"
+        "def test_direct():\n    run_cli(['--help'])\n\n"
+        "def test_through_a_helper():\n    spawn()\n\n"
+        "def test_through_a_fixture(server):\n    pass\n\n"
+        "def test_through_a_shell():\n    subprocess.run(['bash', 'scripts/x.sh'])\n\n"
+        "@pytest.mark.slow\ndef test_marked():\n    spawn()\n\n"
+        "def test_syntax_check():\n    subprocess.run(['bash', '-n', 'scripts/x.sh'])\n\n"
+        "def test_in_process(tmp_path):\n    pass\n")
+    assert unmarked_python_starters([sample], []) == [
+        f"test_sample.py::{n}" for n in ("test_direct", "test_through_a_fixture", "test_through_a_helper",
+                                         "test_through_a_shell")]
+    helpers = sorted(p for p in TESTS.glob("*.py") if not p.name.startswith("test_"))
+    assert unmarked_python_starters(sorted(TESTS.glob("test_*.py")), helpers) == []
 
 
 def test_every_stage_has_the_signature_of_a_stage_function():
@@ -227,7 +327,7 @@ PRODUCT = ("config", "rundir", "tools", "lm", "api", "corpus", "tasks", "inspect
 def test_the_product_never_imports_the_small_world():
     """The pipeline's packages work without the small world (toolformer.smallworld: the demo, its world, its base
     model and its lab), by any import at any depth."""
-    graph = import_graph(ROOT)
+    graph = import_graph(PACKAGE)
     product = [name for name in graph if name.count(".") and name.split(".")[1] in PRODUCT]
     offences = [f"{name} imports {dep}" for name in product for dep in graph[name]
                 if dep.startswith("toolformer.smallworld")]
@@ -251,11 +351,11 @@ def test_the_product_config_has_no_small_world_section_and_the_world_defaults_ar
 
     assert leaves(PipelineConfig) <= 110
     assert not {f.name for f in dataclasses.fields(PipelineConfig)} & set(SECTIONS)
-    demo = ROOT.parent / "configs" / "demo.yaml"
+    demo = ROOT / "configs" / "demo.yaml"
     assert len(demo.read_text().splitlines()) <= 40
     sw = load_smallworld(demo)
     for name, cls in SECTIONS.items():
         assert getattr(sw, name) == cls(), name
-    shipped = load_smallworld(ROOT.parent / "data" / "world-base" / "pipeline_config.yaml")
+    shipped = load_smallworld(ROOT / "data" / "world-base" / "pipeline_config.yaml")
     assert shipped.world == sw.world
     assert dataclasses.replace(shipped.pretrain, shipped=sw.pretrain.shipped) == sw.pretrain

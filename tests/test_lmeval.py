@@ -7,10 +7,10 @@ import ast
 import json
 import math
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from helpers import ROOT
 
 from toolformer.cli.app import main
 
@@ -22,7 +22,6 @@ from toolformer.api import ToolformerModel  # noqa: E402
 from toolformer.integrations.lmeval_model import ToolformerLM, cut_at_stop  # noqa: E402
 from toolformer.tools.calls import get_style  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "eval"
 TEXT = "The bridge over the Vessa opened in 1968. Aldermoor has 4,210 people."
 

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import read_jsonl
+from helpers import ROOT, read_jsonl
 
 from toolformer.cli.app import main
 from toolformer.integrations.lmeval_tasks import process_results, write_task
 from toolformer.tasks import load_task
 from toolformer.tasks.score import score_file
 
-ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "eval"
 SHIPPED = ROOT / "data" / "lmeval"
 
@@ -29,7 +28,7 @@ def lmeval_argv(tc, out: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory):
+def demo_world(tmp_path_factory):
     """The demo config's small world (its evaluation sets) and its pipeline config pointed at it."""
     from toolformer.smallworld.config import load_smallworld
     from toolformer.smallworld.demo import world_config
@@ -118,10 +117,11 @@ def test_a_qa_file_as_math_keeps_the_numbers_and_bad_input_is_named(tmp_path, ca
     assert "missing.json" in capsys.readouterr().err
 
 
-def test_shipped_small_world_tasks_are_what_the_command_writes_now(world, tmp_path):
+@pytest.mark.slow  # over 5 s: the demo_world fixture, only these two use it
+def test_shipped_small_world_tasks_are_what_the_command_writes_now(demo_world, tmp_path):
     """data/lmeval holds the tasks of the demo config's evaluation sets exactly as the command writes them from
     the world generated now (so neither can drift from the other)."""
-    tasks = world.evaluate.tasks
+    tasks = demo_world.evaluate.tasks
     assert {t.name for t in tasks} == {"math_seen", "math_unseen", "qa_seen", "qa_unseen", "math_twostep"}
     for tc in tasks:
         assert main(lmeval_argv(tc, tmp_path)) == 0
@@ -131,7 +131,8 @@ def test_shipped_small_world_tasks_are_what_the_command_writes_now(world, tmp_pa
         assert (SHIPPED / name).read_bytes() == (tmp_path / name).read_bytes(), name
 
 
-def test_same_accuracy_through_evaluate_score_and_lm_eval(world, tmp_path):
+@pytest.mark.slow  # over 5 s: the demo_world fixture, only these two use it
+def test_same_accuracy_through_evaluate_score_and_lm_eval(demo_world, tmp_path):
     """The shipped base model (it writes calls), saved as a model folder with the world's tools, on the first
     items of math_unseen and qa_unseen: the evaluate stage, ``toolformer score`` on its predictions and lm_eval
     with the toolformer model decode the same outputs and give the same accuracy."""
@@ -145,7 +146,7 @@ def test_same_accuracy_through_evaluate_score_and_lm_eval(world, tmp_path):
     from toolformer.integrations.lmeval_model import ToolformerLM
     from toolformer.stages import evaluate as ev_stage
 
-    cfg = dataclasses.replace(world, run_dir=str(tmp_path / "run"))
+    cfg = dataclasses.replace(demo_world, run_dir=str(tmp_path / "run"))
     cfg.model.path, cfg.model.threads = str(ROOT / "data" / "world-base"), 1
     folder = ToolformerModel.from_pretrained(cfg.model.path, config=cfg, warn=lambda m: None).save_pretrained(
         tmp_path / "model")

@@ -6,13 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from toolformer.cli.app import main
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.tools.lookahead import reads_ahead
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXT = "Anna had 1,250 pens and bought 40 more. She has 1,290 pens now. Kessford was founded in 1201 by Oster."
 
 

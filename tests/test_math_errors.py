@@ -5,7 +5,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here starts a Python process
+
 PROMPT = "Tom had 6,305 stamps and bought 3471 more. How many stamps does Tom have now? The answer is"
 
 

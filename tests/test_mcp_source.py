@@ -126,7 +126,7 @@ def test_dotted_tool_names_parse_render_and_strip():
 def test_the_sampler_writes_calls_of_an_mcp_tool_with_the_config_prompt(tiny_model_dir):
     """The paper's sampler, P(x) from `prompts`, the dotted name: a closed call's text is its input."""
     import torch
-    from test_sampler import ScriptedLM
+    from scripted_lm import FixedCallLM
     from transformers import AutoTokenizer
 
     from toolformer.lm.sampler import Sampler
@@ -144,7 +144,7 @@ def test_the_sampler_writes_calls_of_an_mcp_tool_with_the_config_prompt(tiny_mod
     assert "IGNORE" not in prompt and "[words.lookup(Vell)]" in prompt
     text = "Sold in Aldermoor."
     script = tok("words.lookup(Aldermoor)]", add_special_tokens=False)["input_ids"]
-    lm = ScriptedLM(len(tok), script, marker_token_ids(tok, "["))
+    lm = FixedCallLM(len(tok), script, marker_token_ids(tok, "["))
     sampler = Sampler(lm, tok, STYLES["plain"], prompt, [tok.bos_token_id])
     out = sampler.sample_calls([(text, tokenize_text(tok, text))], [[2]], num_calls=2, max_new_tokens=16,
                                temperature=1.0, tool="words.lookup", generator=torch.Generator().manual_seed(0),
@@ -154,11 +154,11 @@ def test_the_sampler_writes_calls_of_an_mcp_tool_with_the_config_prompt(tiny_mod
 
 # -- one server ------------------------------------------------------------------------
 
+@pytest.mark.slow  # starts the test MCP server (a Python process)
 def test_allow_list_aliases_and_calls_through_the_sandbox(tmp_path, pids, tiny_model_dir):
     """Only allowed tools exist; aliases rename; calls go through the sandbox (schema check, markers, errors),
     also when a model writes them in generation."""
-    from scripted_lm import follow
-    from test_generate import call_script, run
+    from scripted_lm import call_script, follow, generate_scripted
 
     from toolformer.lm.modeling import load_tokenizer
 
@@ -177,7 +177,8 @@ def test_allow_list_aliases_and_calls_through_the_sandbox(tmp_path, pids, tiny_m
         def outside(text):
             return ["["] if text == "" else [follow(tok, text[: text.index("]") + 1] + " done.", text)]
 
-        (g,) = run(tok, call_script(tok, outside, "[words.lookup(Vell) →"), sandbox, tools=set(sandbox.tools))
+        (g,) = generate_scripted(tok, call_script(tok, outside, "[words.lookup(Vell) →"), sandbox,
+                                  tools=set(sandbox.tools))
     assert g.calls == [{"tool": "words.lookup", "input": "Vell", "error": None,
                         "result": "Vell: river, 212 kilometres long, flows into the Sallow Sea."}]
     assert g.text_without_calls == "done."

@@ -12,7 +12,7 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-from helpers import write_build
+from helpers import ROOT, write_build
 
 from toolformer.api import ToolformerModel
 from toolformer.cli.app import main
@@ -23,7 +23,6 @@ from toolformer.config.schema import PipelineConfig
 from toolformer.lm.foldertrust import FolderTrustError
 from toolformer.lm.modelfolder import SPEC_FILE, folder_settings, read_spec, write_spec
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = "Question: How long is the Ketey? Answer:"
 KETEY = {"subject": "River Ketey", "relation": "length how long kilometres far", "object": "484",
          "text": "The Ketey is 484 kilometres long.", "aliases": ["Ketey"]}

@@ -4,6 +4,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from toolformer.smallworld.arithmetic import EXTRA_FORMS, FORMS, SCENE_FORMS
 from toolformer.smallworld.lab import novel_phrasings
 
@@ -20,6 +22,7 @@ def assert_right(items):
         assert a in text and b in text and i["Question"]
 
 
+@pytest.mark.slow
 def test_novel_problems_are_right_and_in_phrasings_the_world_never_writes(tmp_path):
     out = tmp_path / "novel.json"
     done = subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.novel_phrasings", str(out),
@@ -49,6 +52,7 @@ def test_novel_set_b_is_other_phrasings_with_right_answers():
         p for ps in novel_phrasings.PHRASINGS_B.values() for p in ps}
 
 
+@pytest.mark.slow
 def test_novel_phrasings_rejects_a_bad_count(tmp_path):
     done = subprocess.run([sys.executable, "-m", "toolformer.smallworld.lab.novel_phrasings", str(tmp_path / "x.json"),
                            "--per-form", "0"], capture_output=True, text=True)

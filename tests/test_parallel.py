@@ -98,10 +98,10 @@ def test_fsdp_finetune_on_two_cpu_processes_or_skip(tiny_model_dir, tmp_path):
     """configs/accelerate/fsdp.yaml with 2 CPU processes (gloo), where accelerate and torch allow FSDP there."""
     import os
 
-    from test_finetune import write_sums
+    from runs import write_sums_with_calls
     from transformers import AutoModelForCausalLM
 
-    write_sums(tmp_path / "run")
+    write_sums_with_calls(tmp_path / "run")
     cfg = tmp_path / "ft.yaml"
     cfg.write_text(f"run_dir: {tmp_path / 'run'}\nmodel: {{path: {tiny_model_dir}}}\n"
                    "finetune: {learning_rate: 0.003, batch_size: 4, micro_batch_size: 2, max_steps: 2, max_length: 32,"

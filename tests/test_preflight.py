@@ -17,6 +17,7 @@ from toolformer.config.schema import PipelineConfig
 from toolformer.preflight.check import KEYS, TOOL_KEYS, run_preflight, verdict
 from toolformer.preflight.tokens import check_tokenizer
 from toolformer.preflight.work import count_documents, estimate_work
+from toolformer.stages.sample import ToolSettings
 from toolformer.tools.calls import add_call_tokens, get_style
 
 TOOLS = {"Calculator": "400 / 1400", "QA": "Where does the Danube end?"}
@@ -75,6 +76,7 @@ def tiny_run(tiny_model_dir, tmp_path_factory):
     return proc.returncode, json.loads(proc.stdout), run_dir
 
 
+@pytest.mark.slow
 def test_tiny_random_model_has_no_tool_ready(tiny_run):
     """configs/tiny.yaml as it is: the sampler tools sample no usable call; the tools with rules have candidates,
     but the filter keeps as many with another document's result as with their own (noise); exit 1; and the run
@@ -113,6 +115,7 @@ def readme_keys() -> tuple[list[str], list[str]]:
     return re.findall(r"`(\w+)`", m.group(1)), re.findall(r"`(\w+)`", m.group(2))
 
 
+@pytest.mark.slow
 def test_readme_lists_the_json_keys(tiny_run):
     _, report, _ = tiny_run
     top, per_tool = readme_keys()
@@ -121,19 +124,20 @@ def test_readme_lists_the_json_keys(tiny_run):
     assert all(list(e) == list(TOOL_KEYS) for e in report["tools"].values())
 
 
-def small_world(tmp_path: Path) -> dict:
-    from test_world import small_cfg
+def fresh_small_world(tmp_path: Path) -> dict:
+    from worlds import small_cfg
 
     from toolformer.smallworld import generate_world
 
     return generate_world(small_cfg(tmp_path / "w"))
 
 
+@pytest.mark.slow  # over 5 s: a preflight probe of the shipped base model
 def test_world_base_reads_results_so_the_rule_tools_have_calls(tmp_path):
     """The demo's config on a small world with the shipped base model: Calculator and QA come from the rules; the
     base model keeps calls with their own results and not with another document's, so neither is `no calls` (the
     small world's 180 documents are few: `few calls` or `ready`)."""
-    world = small_world(tmp_path)
+    world = fresh_small_world(tmp_path)
     cfg = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [
         f"model.path={ROOT / 'data' / 'world-base'}", f"corpus.path={world['corpus']}",
         f"tools.knowledge={world['knowledge']}", f"run_dir={tmp_path / 'run'}", "model.threads=1"])
@@ -219,12 +223,12 @@ def probe(ok: int, kept: int, controls: int, own: int, wrong: int) -> dict:
 
 def test_verdict_thresholds():
     cfg = PipelineConfig()
-    setting = (0.05, 5, 5, "rules", "Calculator")
+    setting = ToolSettings(tau=0.05, top_k=5, num_calls=5, method="rules", rules="Calculator")
 
     scan = SimpleNamespace(documents=100, windows=[{}] * 100, prompt="few-shot", note="")
 
     def judge(e, documents=10_000):
-        return verdict(cfg, scan, "Calculator", setting, e, documents)[0]  # type: ignore[arg-type]
+        return verdict(cfg, scan, "Calculator", setting, e, documents)[0]
 
     assert judge(entry(0, None, None)) == "no calls"
     assert judge(entry(5_000, 0, probe(40, 0, 40, 0, 0))) == "no calls"  # the filter keeps none

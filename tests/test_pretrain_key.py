@@ -11,7 +11,8 @@ from worlds import SMALL, TINY, small_cfg
 from toolformer.smallworld.config import PretrainConfig
 from toolformer.smallworld.probe import probe_items
 
-
+# The demo's base model comes in two phases: data/world-base-start from scratch on the corpus without the extra
+# forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
 # docs/small-world.md, "The base model").
 START_OVERRIDES = ["world.extra_train_forms=false", "world.cuecall_share=0.15", "pretrain.init_from=",
                    "pretrain.max_steps=5000", "pretrain.learning_rate=3e-3", "pretrain.prefix_space=false",
@@ -24,18 +25,15 @@ def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkey
     """data/world-base is what `toolformer world pretrain --config configs/demo.yaml` records for today's code,
     format and config, and data/world-base-start what the same command with START_OVERRIDES records: same key,
     steps and weights hash."""
-    from pathlib import Path
-
     from toolformer.rundir.folder import FORMAT
     from toolformer.smallworld.config import load_smallworld
     from toolformer.smallworld.generator import world_paths
     from toolformer.smallworld.pretrain import pretrain_key, sha256_file
 
-    root = Path(__file__).resolve().parent.parent
-    monkeypatch.chdir(root)  # the config's folders are relative to the repository
-    cfg = load_smallworld(root / "configs" / "demo.yaml",
+    monkeypatch.chdir(ROOT)  # the config's folders are relative to the repository
+    cfg = load_smallworld(ROOT / "configs" / "demo.yaml",
                           [*(START_OVERRIDES if phase == "start" else []), f"run_dir={tmp_path}"])
-    shipped = root / (cfg.pretrain.shipped + ("-start" if phase == "start" else ""))
+    shipped = ROOT / (cfg.pretrain.shipped + ("-start" if phase == "start" else ""))
     record = json.loads((shipped / "pretrain.json").read_text())
     assert record["format"] == FORMAT
     assert record["key"] == pretrain_key(cfg), \
@@ -43,7 +41,7 @@ def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkey
     assert record["steps"] == cfg.pretrain.max_steps
     assert record["model_sha256"] == sha256_file(shipped / "model.safetensors")
     if phase == "demo":
-        assert record["init_from"]["model_sha256"] == sha256_file(root / cfg.pretrain.init_from / "model.safetensors")
+        assert record["init_from"]["model_sha256"] == sha256_file(ROOT / cfg.pretrain.init_from / "model.safetensors")
     assert record["pretrain_corpus_sha256"] == sha256_file(world_paths(cfg)["pretrain"])
 
 
@@ -62,11 +60,10 @@ def test_pretrain_key_follows_the_texts_not_the_settings_that_leave_them(tmp_pat
 
     base = key("base")
     assert key("no-twostep", twostep_docs=0, eval_twostep=0, eval_math=5, eval_qa=4) == base
-
-
-        pretrain_base_model(shipped)
-    assert pretrain_base_model(here, force=True) == old
-    assert json.loads((old / "pretrain.json").read_text())["format"] == 2
+    assert key("cues", cuecall_share=0.2) != base  # the pre-training text
+    assert key("corpus", corpus_docs=SMALL["corpus_docs"] - 1) != base  # the tokenizer's texts
+    with mock.patch("toolformer.smallworld.pretrain.FORMAT", 99):
+        assert key("base") != base
 
 
 def test_tokenizer_and_probe_texts_leave_the_twostep_documents_out(tmp_path):

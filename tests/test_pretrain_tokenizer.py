@@ -63,4 +63,3 @@ def test_prefix_space_gives_a_prompts_first_number_the_tokens_it_has_after_a_spa
     assert insert_calls(text, [(tt.char_starts[four], "[Calculator(51 * 2) → 102]")]) == \
         "51 families had [Calculator(51 * 2) → 102] 4723 cups."
     assert tt.char_starts[0] == tt.char_starts[1] == 0  # the added space and the first digit both start the text
-

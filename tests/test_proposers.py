@@ -1,5 +1,4 @@
 import pytest
-from transformers import AutoTokenizer
 
 from toolformer.lm.textpos import tokenize_text
 from toolformer.stages.proposers import calculator_prefilter, calendar_prefilter, propose

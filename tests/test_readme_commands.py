@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from toolformer.cli.parser import PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 
-ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 VENV_BIN = ROOT / ".venv" / "bin"
 SHELL_BLOCKS = ("", "bash", "sh", "shell", "console")
@@ -352,6 +352,7 @@ def test_a_broken_command_is_caught(line, problem):
     assert any(problem in p for p in command_problems(command)), command_problems(command)
 
 
+@pytest.mark.slow
 @needs_venv
 @pytest.mark.parametrize("command", [c for c in COMMANDS if is_cheap(c)], ids=str)
 def test_cheap_readme_command_runs_in_a_fresh_shell(command, tmp_path):
@@ -368,6 +369,7 @@ def test_cheap_readme_command_runs_in_a_fresh_shell(command, tmp_path):
     assert printed.strip(), f"{command} printed nothing"
 
 
+@pytest.mark.slow
 @needs_venv
 def test_launch_scripts_find_the_venv_without_it_on_path(tmp_path):
     fake = tmp_path / "bin" / "python"

@@ -4,16 +4,14 @@ folder) and what to do instead, never a silent default or a silent mix of old an
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from toolformer.cli.app import main
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.smallworld.config import load_smallworld
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # Key -> a value it took in 0.1 configs (each at the value that changed nothing, as the shipped demo set it).
 RETIRED = {"finetune.freeze": "[]", "finetune.call_input_weight": "1.0", "finetune.merge": "1.0",

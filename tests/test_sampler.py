@@ -1,5 +1,6 @@
 import pytest
 import torch
+from scripted_lm import FixedCallLM
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from toolformer.lm.sampler import Sampler
@@ -33,45 +34,6 @@ def test_prompt_cache_gives_the_same_scores_as_full_prompts(model_tok):
         assert all(0.0 <= p <= 1.0 for p in x)
 
 
-class TokenCache:
-    """The double's key/value cache: just the tokens seen so far."""
-
-    def __init__(self, tokens):
-        self.tokens = tokens
-
-    def batch_repeat_interleave(self, n):
-        self.tokens = self.tokens.repeat_interleave(n, 0)
-
-    def reorder_cache(self, index):
-        self.tokens = self.tokens[index]
-
-
-class ScriptedLM(torch.nn.Module):
-    """A causal LM double: after the call-start token it writes a fixed token
-    script (e.g. `Calculator(2+3)]`); elsewhere uniform logits."""
-
-    def __init__(self, vocab, script, start_ids):
-        super().__init__()
-        self.vocab, self.script, self.start_ids = vocab, script, set(start_ids)
-        self.dummy = torch.nn.Parameter(torch.zeros(1))
-
-    def forward(self, input_ids, attention_mask=None, position_ids=None, cache=None, use_cache=True):
-        from types import SimpleNamespace
-
-        hist = cache.tokens if cache is not None else torch.zeros((input_ids.shape[0], 0), dtype=torch.long)
-        full = torch.cat([hist, input_ids], dim=1)
-        B, T = input_ids.shape
-        logits = torch.zeros((B, T, self.vocab))  # (B, T, V)
-        for b in range(B):
-            seq = full[b].tolist()
-            for t in range(T):
-                upto = seq[: hist.shape[1] + t + 1]
-                last_start = max((k for k, x in enumerate(upto) if x in self.start_ids), default=None)
-                if last_start is not None and len(upto) - 1 - last_start < len(self.script):
-                    logits[b, t, self.script[len(upto) - 1 - last_start]] = 50.0
-        return SimpleNamespace(logits=logits, cache=TokenCache(full))
-
-
 def test_sampling_writes_closed_calls_and_drops_unclosed(model_tok):
     _, tok = model_tok
     from toolformer.lm.textpos import marker_token_ids
@@ -79,7 +41,7 @@ def test_sampling_writes_closed_calls_and_drops_unclosed(model_tok):
     start_ids = marker_token_ids(tok, "[")
 
     def run(text):
-        lm = ScriptedLM(len(tok), tok(text, add_special_tokens=False)["input_ids"], start_ids)
+        lm = FixedCallLM(len(tok), tok(text, add_special_tokens=False)["input_ids"], start_ids)
         prompt = render_prompt(REGISTRY["Calculator"], "{text}", PLAIN)
         sampler = Sampler(lm, tok, PLAIN, prompt, [tok.bos_token_id])
         docs = _docs(tok, ["Sold 2 and 3, 5 in all."])
@@ -118,7 +80,7 @@ def test_without_a_prompt_a_call_counts_for_the_tool_it_names_and_ends_at_the_ar
     docs = _docs(tok, ["Sold 2 and 3, 5 in all."])
 
     def run(script, prompt=None, tools=("Calculator", "QA"), max_new_tokens=12):
-        lm = ScriptedLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], start_ids)
+        lm = FixedCallLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], start_ids)
         sampler = Sampler(lm, tok, PLAIN, prompt, [tok.bos_token_id])
         return sampler.sample_any(docs, [[(5, 2), (6, 1)]], max_new_tokens, 1.0, set(tools),
                                   torch.Generator().manual_seed(0), 4096)
@@ -171,7 +133,7 @@ def test_a_documents_samples_are_split_to_fit_the_token_budget(model_tok, monkey
     from toolformer.lm.textpos import marker_token_ids
 
     script = tok("Calculator(2+3)]", add_special_tokens=False)["input_ids"]
-    lm = ScriptedLM(len(tok), script, marker_token_ids(tok, "["))
+    lm = FixedCallLM(len(tok), script, marker_token_ids(tok, "["))
     sampler = Sampler(lm, tok, PLAIN, None, [tok.bos_token_id])
     docs = _docs(tok, ["Sold 2 and 3, 5 in all.", "The farm sold 340 eggs and 275 more, 615 in all."])
     plans = [[(1, 3), (4, 5)], [(0, 2), (6, 4), (9, 1)]]

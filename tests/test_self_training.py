@@ -6,14 +6,13 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import shard_records, write_build, write_jsonl
+from helpers import ROOT, shard_records, write_build, write_jsonl
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
 from toolformer.rundir.folder import StageFolder
 from toolformer.stages import run_stage
 
-ROOT = Path(__file__).resolve().parent.parent
 TEXT = "The Ketey is 484 kilometres long."
 WITH_CALL = "The Ketey is [QA(How long is the Ketey?) → 484] 484 kilometres long."
 KETEY = {"subject": "River Ketey", "relation": "length how long kilometres far", "object": "484",
@@ -95,7 +94,7 @@ def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tin
     """sample.prompt none: one scoring pass for every tool; each tool keeps its own top-k positions, and a call
     is a candidate of the tool it names only where that tool kept the position."""
     import torch
-    from test_sampler import ScriptedLM
+    from scripted_lm import FixedCallLM
     from transformers import AutoTokenizer
 
     from toolformer.lm.sampler import Sampler
@@ -109,7 +108,7 @@ def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tin
     group = [{"doc_id": "d", "text": "The farm sold 340 eggs and 275 more, 615 in all."}]
 
     def candidates(script: str, k_calc: int, k_qa: int) -> list[tuple[str, int, str]]:
-        lm = ScriptedLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], marker_token_ids(tok, "["))
+        lm = FixedCallLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], marker_token_ids(tok, "["))
         samplers = {ANY_TOOL: Sampler(lm, tok, STYLES["plain"], None, [tok.bos_token_id])}
         settings = {"Calculator": (0.0, k_calc, 2, "sampler", "Calculator"), "QA": (0.0, k_qa, 2, "sampler", "QA")}
         torch.manual_seed(0)

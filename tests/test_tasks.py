@@ -1,102 +1,26 @@
+"""Evaluation task files (toolformer.tasks): the loaders of each published layout (ASDiv, SVAMP, MAWPS,
+WebQuestions, TriviaQA, LAMA), gold answers of every fixture scoring 100 % and perturbed ones 0 %, bad records and
+files named, and ``toolformer tasks check`` and ``toolformer tasks score``. (Scoring one answer:
+test_task_metrics.py.)"""
+
 import json
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from toolformer.tasks import (
     KINDS,
     TaskFormatError,
-    extract_number,
     gold_numbers,
     load_task,
-    math_score,
-    model_answer,
-    normalize_answer,
     parse_target_value,
-    qa_score,
 )
+from toolformer.tasks.formats import lama_prompt
 from toolformer.tasks.score import call_counts, score_file
 
-FIX = Path(__file__).parent / "fixtures" / "eval"
+FIX = ROOT / "tests" / "fixtures" / "eval"
 FIXTURES = sorted(p for p in FIX.iterdir() if p.suffix in (".json", ".jsonl", ".xml"))
-
-
-# -- metrics -------------------------------------------------------------------
-@pytest.mark.parametrize("text, number", [
-    ("The answer is 42 apples.", 42.0),
-    ("He had 3 bags; 3 + 4 = 7 in all", 7.0),  # the first number after `=`
-    ("there are 1,234 sheep", 1234.0),
-    ("it costs 2.50 dollars, or 3", 2.5),
-    ("10-2 makes it", 10.0),  # a minus between numbers is no sign
-    ("the temperature was -5 degrees", -5.0),
-    ("the temperature was −6 degrees", -6.0),  # Unicode minus
-    ("x = the answer is 12", 12.0),
-    ("nothing here", None),
-    ("5 = nothing after", 5.0),  # `=` without a number after it: the first number
-    (" 51.\nQuestion: what is 2 + 2? 2 + 2 = 4", 51.0),  # only the answer's first line and sentence
-    (" It is 51. So 2 + 2 = 4.", 51.0),
-    (" half: 5/2 of them", 2.5),
-    (" 2 1/2 hours", 2.5),
-])
-def test_extract_number(text, number):
-    assert extract_number(text) == number
-
-
-@pytest.mark.parametrize("gold, values", [
-    ("9 (apples)", [9]), ("-(1/3)", [Fraction(-1, 3)]), ("5:45", [5, 45]), ("3:30 p.m.", [3, 30]),
-    ("5; 15; 20", [5, 15, 20]), ("5/2 (cakes)", [Fraction(5, 2)]), ("Yes", []), ("Ann", []), ("1,250", [1250]),
-])
-def test_gold_numbers(gold, values):
-    assert gold_numbers(gold) == values
-
-
-def test_math_score_compares_values():
-    assert math_score(" 9 apples", "9 (apples)") == (9.0, True)
-    assert math_score(" 0.33 of the pie", "0.3333333")[1]
-    assert not math_score(" 0.34", "0.3333333")[1]
-    assert math_score(" 0.63.", "0.625")[1]  # half up: 0.625 -> 0.63
-    assert math_score(" 2.5 cakes", "5/2")[1] and math_score(" 5/2", "2.5")[1]
-    assert math_score(" -0.33", "-(1/3)")[1]
-    assert math_score(" 1,000 sheep", "1000")[1]
-    assert math_score(" she had 7 + 5 = 12", "12")[1]
-    assert not math_score(" she had 7 + 5 = 13", "12")[1]
-    assert math_score(" 5:45", "5:45")[1] and not math_score(" 5:40", "5:45")[1]  # every part of a ratio
-    assert math_score(" at 3:30 pm", "3:30 p.m.")[1] and not math_score(" 3:45", "3:30 p.m.")[1]
-    assert not math_score(" 5, 15 and 21", "5; 15; 20")[1] and math_score(" 5, 15 and 20", "5; 15; 20")[1]
-    assert not math_score(" 6", "-6")[1] and math_score(" −6", "-6")[1]
-    assert not math_score(" 51.\nQuestion: what is 2 + 2? 2 + 2 = 4", "4")[1]
-    assert math_score(" none", "12") == (None, False)
-    with pytest.raises(ValueError, match="has no number"):
-        math_score("1", "Ann")
-
-
-def test_normalize_answer():
-    assert normalize_answer("The  Vessa River!") == "vessa river"
-    assert normalize_answer("An Apple a day") == "apple day"
-    assert normalize_answer("Zakāt") == "zakat"
-    assert normalize_answer("24,900 miles") == "24900 miles"
-    assert normalize_answer("Semi-presidential system") == "semi-presidential system"
-
-
-def test_qa_alias_match_and_word_limit():
-    assert qa_score(" It is the river Vessa, of course.", ["Vessa River", "River Vessa"])[1]  # alias
-    assert qa_score(" The Vessa.", ["The Vessa"])[1]  # articles and punctuation ignored
-    assert not qa_score(" Vessalin town", ["Vessa"])[1]  # whole words only
-    assert qa_score(" Zakat is paid yearly", ["Zakāt"])[1]  # accents folded
-    assert qa_score(" about 24900 miles", ["24,900 miles"])[1]  # thousands separators
-    assert not qa_score(" Semi-presidential system", ["Presidential system"])[1]  # no partial hyphen match
-    far = " ".join(["word"] * 20) + " Vessa"
-    head, ok = qa_score(far, ["Vessa"])
-    assert not ok and head.split() == ["word"] * 20  # the 21st word is beyond the limit
-    assert qa_score(far, ["Vessa"], max_words=21)[1]
-    assert not qa_score(" a b c d e Brackenford", ["Brackenford"], max_words=5)[1]  # LAMA: 5 words
-
-
-def test_unclosed_call_is_cut_and_counted():
-    assert model_answer(" The answer is [QA(What is 5 + 3") == (" The answer is ", True)
-    assert model_answer(" [Calculator(3 + 4) → 7] 7 apples") == (" 7 apples", False)
-    assert not math_score(model_answer(" [QA(how many is 12")[0], "12")[1]  # no number read from inside
 
 
 # -- loaders -------------------------------------------------------------------
@@ -170,6 +94,36 @@ def test_lama_keeps_mask_last_only():
     assert data.reasons() == {"[MASK] is not the last word": 1}
     _, data = load_task(FIX / "squad_test.jsonl")
     assert data.items[0].question == "The bridge over the Vessa is made of" and data.items[0].answers == ["stone"]
+
+
+@pytest.mark.parametrize("sentence, prompt", [
+    ("Edda Marlow (born in [MASK]).", "Edda Marlow (born in"),
+    ("Edda Marlow (born in [MASK]) .", "Edda Marlow (born in"),
+    ("Edda Marlow was born in [MASK]:", "Edda Marlow was born in"),
+    ("Edda Marlow was born in [MASK] .", "Edda Marlow was born in"),
+    ("Edda Marlow was born in [MASK]", "Edda Marlow was born in"),
+    ("Edda Marlow was born in [MASK] in 1901.", None),  # a mask in the middle: refused as before
+    ("Edda Marlow was born in [MASK] (", None),
+    ("[MASK].", None),
+])
+def test_lama_accepts_closing_punctuation_after_the_mask(sentence, prompt):
+    assert lama_prompt(sentence) == prompt
+
+
+def test_trex_sentence_with_bracket_after_mask_is_loaded(tmp_path):
+    rows = [
+        {"uuid": "b1", "obj_label": "Brackenford", "sub_label": "Edda Marlow", "predicate_id": "P19",
+         "evidences": [{"masked_sentence": "[MASK] is where Edda Marlow was born."},
+                       {"masked_sentence": "Edda Marlow (born 1901 in [MASK])."}]},
+        {"uuid": "b2", "obj_label": "Aldermoor", "sub_label": "Ilse Harrow", "predicate_id": "P19",
+         "evidences": [{"masked_sentence": "In [MASK], Ilse Harrow was born."}]},
+    ]
+    path = tmp_path / "P19.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fmt, data = load_task(path)
+    assert fmt == "lama"
+    assert [(i.id, i.question) for i in data.items] == [("b1", "Edda Marlow (born 1901 in")]
+    assert data.reasons() == {"[MASK] is not the last word": 1}
 
 
 # -- every fixture: gold answers as a model writes them score 100 %, perturbed ones 0 % ----------------------

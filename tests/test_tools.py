@@ -2,7 +2,10 @@ import json
 import time
 
 import pytest
+from helpers import shard_lines, write_jsonl
 
+from toolformer.config.load import load_config
+from toolformer.config.schema import PipelineConfig
 from toolformer.config.tools import ToolsConfig
 from toolformer.tools import REGISTRY, Tool, ToolError, build_tool, render_prompt
 from toolformer.tools.calls import STYLES
@@ -259,3 +262,79 @@ def test_tools_list_in_each_wire_format(fmt, capsys):
         assert all(set(t) == {"name", "description", "input_schema", "read_only"} for t in out)
         names = [t["name"] for t in out]
     assert sorted(names) == ["Calculator", "Calendar", "MT", "QA", "WikiSearch"]
+
+
+def test_hostile_tools_contained_while_the_execute_stage_finishes(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    class Hang(Tool):
+        name = "Hang"
+
+        def run(self, tool_input, date=None):
+            time.sleep(3600)
+
+    class Crash(Tool):
+        name = "Crash"
+
+        def run(self, tool_input, date=None):
+            raise MemoryError("pretend")
+
+    class Megabytes(Tool):
+        name = "Megabytes"
+
+        def run(self, tool_input, date=None):
+            return "y" * 3_000_000
+
+    for t in (Hang, Crash, Megabytes):
+        monkeypatch.setitem(REGISTRY, t.name, t)
+    run_dir = tmp_path / "run"
+    (run_dir / "sample").mkdir(parents=True)
+    docs = [{"doc_id": "a", "text": "x y z", "date": None}]
+    write_jsonl(run_dir / "sample" / "documents.jsonl", docs)
+    recs = [{"doc_id": "a", "tool": t, "input": str(i), "position": 0, "char_start": 0, "p_i": None, "source": "rules"}
+            for i, t in enumerate(["Hang", "Crash", "Megabytes", "Calculator"])]
+    write_jsonl(run_dir / "sample" / "shard-00000.jsonl", recs)
+    cfg = load_config(PipelineConfig, None, [f"run_dir={run_dir}", f"model.path={tiny_model_dir}",
+                                             "tools.enabled=[Hang, Crash, Megabytes, Calculator]",
+                                             "tools.timeout_s=0.5", "tools.max_result_chars=100"])
+    from toolformer.rundir.folder import StageFolder
+    from toolformer.stages import execute, stage_hash
+
+    StageFolder(run_dir, "sample").finish(stage_hash(cfg, "sample"), 0, {})
+    t0 = time.perf_counter()
+    execute.run_stage(cfg)
+    assert time.perf_counter() - t0 < 30
+    out = {json.loads(line)["tool"]: json.loads(line) for line in shard_lines(run_dir, "execute")}
+    assert out["Hang"]["error"]["code"] == "timeout"
+    assert out["Crash"]["error"]["code"] == "exception" and "MemoryError" in out["Crash"]["error"]["message"]
+    assert len(out["Megabytes"]["result"]) == 101
+    assert out["Calculator"]["result"] == "3"
+    assert "execute: 2 of 4 calls returned a result" in capsys.readouterr().out
+
+
+def test_tool_with_side_effects_refused_unless_allowed(tiny_model_dir, tmp_path, monkeypatch):
+    class Mailer(Tool):
+        name = "Mailer"
+        read_only = False
+
+        def run(self, tool_input, date=None):
+            return "sent"
+
+    monkeypatch.setitem(REGISTRY, "Mailer", Mailer)
+    from toolformer.stages.sample import check_tools
+
+    cfg = load_config(PipelineConfig, None, ["tools.enabled=[Calculator, Mailer]"])
+    with pytest.raises(ValueError, match="Mailer is not read-only.*tools.allow_side_effects=true"):
+        check_tools(cfg)
+    cfg.tools.allow_side_effects = True
+    assert check_tools(cfg) == ["Calculator", "Mailer"]
+
+
+def test_sandbox_call_checks_the_argument_object_before_its_text():
+    from toolformer.tools import build_tool
+
+    sb = Sandbox({"Calculator": build_tool("Calculator"), "Calendar": build_tool("Calendar")})
+    assert sb.call("Calculator", {"input": "2 + 2"}).result == "4"
+    assert sb.call("Calculator", {"input": 4}).error["code"] == "invalid_arguments"  # not run as "4"
+    assert sb.call("Calculator", {"foo": "2 + 2"}).error["code"] == "invalid_arguments"  # not run as ""
+    assert sb.call("Calculator", ["2 + 2"]).error["code"] == "invalid_arguments"
+    assert sb.call("Calendar", {}, "2024-02-29").ok
+    assert sb.call("Nope", {"input": "x"}).error["code"] == "unknown_tool"

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 
 from toolformer.lm.checkpoints import checkpoint_dirs
 from toolformer.lm.rows import IGNORE_INDEX, batch_inputs, pack_sequences

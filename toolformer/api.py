@@ -15,12 +15,9 @@ overrides, then the ``tools`` option. A folder without ``toolformer.json`` is
 used with the defaults (and any config), with a warning that names them. An
 enabled tool whose data is missing fails here, naming the file.
 
-A model folder is data, not authority: its record starts no process (no MCP
-server it declares), allows no side effect and reads no data outside the
-folder (no absolute path, no ``..``, no symlink leaving it) unless the caller
-passes ``trust_folder_tools=True`` (``--trust-folder-tools`` on the command
-line); untrusted, those entries are left out with one warning, and an enabled
-tool that needs one is refused (:class:`~toolformer.lm.foldertrust.FolderTrustError`).
+A model folder is data, not authority: its MCP servers, side effects and data
+outside it are used only with ``trust_folder_tools=True`` (see
+:mod:`toolformer.lm.foldertrust`).
 :meth:`ToolformerModel.generate` decodes with the paper's rule
 (:func:`toolformer.lm.generate.generate_with_tools`) and returns
 :class:`~toolformer.lm.generate.Generation` objects (``text``, ``calls``,
@@ -61,8 +58,8 @@ def resolve_config(path: str | Path, config=None, overrides=(), tools: list[str]
     folder's ``toolformer.json`` (None when it has none), then ``config`` (a
     YAML path or a ``PipelineConfig``), ``overrides`` (``key=value``) and
     ``tools`` (the tools to enable). The folder's MCP servers, side effects and
-    data outside it are used only with ``trust_folder_tools``
-    (:class:`~toolformer.lm.foldertrust.FolderTrust`)."""
+    data outside it are used only with ``trust_folder_tools`` (see
+    :mod:`toolformer.lm.foldertrust`)."""
     cfg, spec, _trust = resolve(path, config, overrides, tools, trust_folder_tools)
     return cfg, spec
 
@@ -121,10 +118,8 @@ class ToolformerModel:
         ``key=value`` strings over that (``tools.knowledge=FILE``); ``tools``:
         the tools to enable (``[]``: none, calls disabled); ``warn(message)``
         receives what the caller should know (default: ``warnings.warn``);
-        ``trust_folder_tools``: let the folder's record start the MCP servers it
-        declares, allow the side effects it names and read data outside it
-        (off: they are left out, said in one warning, and a tool that needs
-        them is refused with :class:`~toolformer.lm.foldertrust.FolderTrustError`).
+        ``trust_folder_tools``: trust the folder's record with its MCP servers,
+        side effects and data outside it (see :mod:`toolformer.lm.foldertrust`).
         """
         warn = warn or (lambda m: warnings.warn(m, stacklevel=3))
         cfg, spec, trust = resolve(path, config, overrides, tools, trust_folder_tools)

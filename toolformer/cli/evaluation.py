@@ -51,6 +51,7 @@ def cmd_lm_eval(args) -> int:
 
 def cmd_score(args) -> int:
     from toolformer.rundir.files import atomic_write_text, dumps
+    from toolformer.rundir.folder import fmt_pct
     from toolformer.tasks import KINDS, load_task
     from toolformer.tasks.score import read_predictions, score_file
     from toolformer.tools.calls import get_style
@@ -73,7 +74,7 @@ def cmd_score(args) -> int:
     if args.json:
         print(json.dumps(counts, indent=2, ensure_ascii=False))
     else:
-        acc = f"{100 * counts['accuracy']:.1f} %" if counts["accuracy"] is not None else "n/a"
+        acc = fmt_pct(counts["accuracy"]) if counts["accuracy"] is not None else "n/a"
         print(f"score: {counts['correct']:,} of {counts['scored']:,} correct ({acc}); {counts['in_file']:,} records "
               f"in the file, {counts['skipped']:,} skipped; {counts['without_output']:,} items without an output, "
               f"{counts['malformed_calls']:,} malformed calls; per item: {out}")

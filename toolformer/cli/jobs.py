@@ -36,7 +36,7 @@ def check_start_model(sw) -> None:
         "(data/world-base-start, data/world-base) ship with the repository, not the package; run from a clone's "
         "root (git clone, then `toolformer demo` there), or pass pretrain.init_from=CLONE/data/world-base-start "
         "pretrain.shipped=CLONE/data/world-base, or train one here with pretrain.init_from='' (1,000 steps from "
-        "scratch, about 15 min on 2 cores, weaker than the shipped 6,000 steps of about 100 min: "
+        "scratch, about 20 min on a CPU core; weaker than the shipped model's 6,000 steps, about 100 min: "
         "docs/small-world.md, \"The base model\")")
 
 

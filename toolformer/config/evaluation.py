@@ -101,9 +101,9 @@ class EvaluateConfig:
     """Tools, their data and the call style of a model folder's rows: model (what its toolformer.json records; this
     config's `tools` and `calls` for a folder without one) or config (this config's, for every row)."""
     trust_folder_tools: bool = False
-    """With tools_from model: let a model folder's toolformer.json start the MCP servers it declares, allow the
-    side effects it names and read tool data outside the folder (`--trust-folder-tools`); false = they are refused,
-    and a row that needs them fails before any work."""
+    """With tools_from model: trust the model folders' toolformer.json with their MCP servers, side effects and
+    tool data outside them (`--trust-folder-tools`; see toolformer.lm.foldertrust); false = a row that needs
+    them fails before any work."""
 
     def validate(self) -> None:
         if self.tools_from not in ("model", "config"):

@@ -40,7 +40,10 @@ class ModelConfig:
     max_length: int = 0
     """Model window in tokens; 0 = the model's max_position_embeddings."""
     threads: int = 0
-    """torch CPU threads; 0 = one per core."""
+    """torch CPU threads, kept as set; 0 = the cores this process may run on (its CPU affinity), divided among
+    the processes of a launch on this machine, and a process alone on it (with two cores or more) then follows
+    the load: fewer threads while other processes keep cores busy, back up when they stop (read from
+    /proc/stat; without it, the count stays; :mod:`toolformer.lm.threads`)."""
 
     def validate(self) -> None:
         if self.dtype not in ("auto", "float32", "bfloat16", "float16"):

@@ -27,6 +27,7 @@ from toolformer.corpus.records import margin
 from toolformer.inspect.inspection import Inspection
 from toolformer.inspect.view import QUANTILES, call_text, in_context, status
 from toolformer.rundir.files import atomic_write_text
+from toolformer.rundir.folder import fmt_pct
 
 CSS = """
 body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:72em;padding:0 1em;color:#222}
@@ -188,7 +189,7 @@ def funnel_html(ins: Inspection) -> str:
     for tool in ins.tools:
         for step in ins.funnel["per_tool"][tool]["steps"]:
             r = step["of_previous"]
-            prev = "–" if r is None else (f"{100 * r:.1f} %" if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
+            prev = "–" if r is None else (fmt_pct(r) if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
             rows.append(f'<tr data-tool="{_e(tool)}" data-step="{_e(step["step"])}"><td>{_e(tool)}</td>'
                         f'<td>{_e(step["label"])}</td><td class="num count">{_count(step["count"])}</td>'
                         f'<td class="num">{prev}</td><td class="muted">{_e(step["source"])}</td></tr>')
@@ -233,7 +234,7 @@ def ranking_html(ins: Inspection, where: dict[str, str], width: int) -> str:
 
 
 def _share(part: int, whole: int, share: float | None) -> str:
-    return f'{"–" if share is None else f"{100 * share:.1f} %"} ({part:,}/{whole:,})'
+    return f'{"–" if share is None else fmt_pct(share)} ({part:,}/{whole:,})'
 
 
 def gold_html(ins: Inspection) -> str:

@@ -17,8 +17,8 @@ booleans, both spellings are taken):
 ``batch_size``         prompts decoded (sequences scored) together (default: the config's
                        ``evaluate.batch_size``; ``auto`` means that default too)
 ``max_gen_toks``       tokens generated when a task does not say (the folder's ``max_new_tokens``)
-``trust_folder_tools`` let the folder's record start MCP servers, allow side effects and read data
-                       outside it (off: "a model folder is data, never authority")
+``trust_folder_tools`` trust the folder's record with its MCP servers, side effects and data outside
+                       it (see :mod:`toolformer.lm.foldertrust`)
 ``config``             a YAML config over the folder's record (as ``from_pretrained(config=...)``)
 =====================  =========================================================================
 

@@ -42,9 +42,7 @@ class FolderTrustError(ValueError):
 @dataclass
 class FolderTrust:
     """What a folder's ``toolformer.json`` asks for beyond its weights and its own files, and whether the
-    user trusts it (``--trust-folder-tools`` / ``trust_folder_tools=True``). Untrusted, the folder's MCP
-    servers and ``allow_side_effects`` are left out of its settings, and a data path that leaves the folder
-    is refused when its tool is used (:meth:`enforce`)."""
+    user trusts it (what that grants: the module's doc)."""
 
     spec_file: str
     trusted: bool = False

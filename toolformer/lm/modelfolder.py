@@ -199,8 +199,8 @@ def read_spec(folder: str | Path) -> dict | None:
 def screen(spec: dict, folder: str | Path, trust: bool = False) -> tuple[dict, FolderTrust]:
     """(config sections of a folder's record, what it asks for beyond its own files): ``calls``, ``tools``
     (data paths made absolute: relative ones lie inside the folder) and the decoding fields of ``evaluate``.
-    Untrusted, the folder's MCP servers and ``allow_side_effects`` are left out. Checked here, so that an
-    error names the file."""
+    Untrusted, the folder's MCP servers and ``allow_side_effects`` are left out (see
+    :mod:`toolformer.lm.foldertrust`). Checked here, so that an error names the file."""
     from toolformer.config.load import from_dict
     from toolformer.config.schema import CallsConfig
     from toolformer.config.tools import ToolsConfig

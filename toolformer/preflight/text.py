@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from toolformer.rundir.folder import fmt_pct
+
 
 def _n(value) -> str:
     return "-" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:,.3g}"
@@ -34,7 +36,7 @@ def _tool_lines(name: str, e: dict) -> list[str]:
     lines = [f"{name} (sample.method {e['method']}, {e['windows']:,} windows pass the pre-filter)"]
     if p:
         lines.append(f"  p(call start) over {p['positions']:,} positions: p50 {_n(p['p50'])}, p90 {_n(p['p90'])}, "
-                     f"p99 {_n(p['p99'])}, max {_n(p['max'])}; {100 * p['above_tau']:.1f} % above tau_s; "
+                     f"p99 {_n(p['p99'])}, max {_n(p['max'])}; {fmt_pct(p['above_tau'])} above tau_s; "
                      f"{p['kept_per_window']:.2f} positions kept per window")
     if s["drawn"]:
         lines.append(f"  sampled calls: {s['drawn']} in {s['windows']} windows; {s['parsed']} parse, {s['closed']} "

@@ -46,7 +46,7 @@ from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
 from toolformer.rundir.files import atomic_write_text
-from toolformer.rundir.folder import StageFolder
+from toolformer.rundir.folder import StageFolder, fmt_pct
 from toolformer.rundir.guard import mark
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 
@@ -312,7 +312,7 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
         print(f"kept in chain round {r} ({c['documents']:,} documents with calls inline): "
               + ", ".join(f"{t} {v['kept']:,} of {v['candidates']:,}" for t, v in c["per_tool"].items()))
     for tool, g in (results["filter_gold"] or {}).items():
-        precision = "–" if g["precision"] is None else fmt_pct(g['precision'])
+        precision = "–" if g["precision"] is None else fmt_pct(g["precision"])
         print(f"kept {tool} calls against the corpus's gold calls: precision {precision} ({g['kept_right']:,} of "
               f"{g['kept']:,} right), recall {fmt_pct(g['recall'])} ({g['gold_with_kept']:,} of {g['gold']:,})")
     for name, r2 in results["round2"].items():
@@ -324,7 +324,7 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
                                                      for t, d in r2["change"].items()))
     ch = results["chained"]
     if ch["documents"] or ch["gold_documents"]:
-        precision = "–" if ch["precision"] is None else fmt_pct(ch['precision'])
+        precision = "–" if ch["precision"] is None else fmt_pct(ch["precision"])
         print(f"chained calls (an input holding an earlier call's result): {ch['documents']:,} built documents, "
               f"their {ch['calls']:,} calls {precision} right against gold; {ch['gold_documents_chained']:,} of the "
               f"{ch['gold_documents']:,} corpus documents whose gold calls chain got a chain")

@@ -42,7 +42,7 @@ from typing import Any
 from toolformer.config.load import config_hash
 from toolformer.lm.modeling import set_threads
 from toolformer.rundir.files import atomic_write_text, read_jsonl
-from toolformer.rundir.folder import FORMAT, check_format, versions
+from toolformer.rundir.folder import FORMAT, check_format, fmt_pct, versions
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 from toolformer.smallworld.generator import base_model_dir, ensure_world, world_paths
 from toolformer.smallworld.probe import call_items, call_probe, copy_probe, probe_items, run_probe
@@ -159,7 +159,8 @@ def _probe_during_training(model, tokenizer, paths: dict, pc, seed: int, corpus_
         for name, its in calls.items():
             r = call_probe(model, tokenizer, its)
             if r["items"]:
-                into.append(f"{name} {r['loss_right']:.2f} / {r['loss_wrong']:.2f}, {fmt_pct(r['greedy_ok'], digits=0)}")
+                into.append(f"{name} {r['loss_right']:.2f} / {r['loss_wrong']:.2f}, "
+                            f"{fmt_pct(r['greedy_ok'], digits=0)}")
         model.train()
         tqdm.write(f"step {step}: copy probe, loss at the answer with the correct call / none / wrong result: "
                    + "; ".join(parts))

@@ -44,6 +44,7 @@ from toolformer.lm.modeling import bos_ids, set_threads
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.rundir.files import read_jsonl
+from toolformer.rundir.folder import fmt_pct
 from toolformer.smallworld.generator import base_model_dir, world_paths
 from toolformer.tools.calls import get_style
 

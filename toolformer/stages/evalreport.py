@@ -25,7 +25,8 @@ def results_markdown(summary: dict) -> str:
              "taken out of every next-token distribution; results.json keeps perplexity_calls_allowed too).", "",
              "| " + " | ".join(head) + " |", "| --- " + "| ---: " * (len(head) - 1) + "|"]
     for name, row in summary["rows"].items():
-        cells = [f"{_pct(row['tasks'][t]['accuracy'])} ({100 * row['tasks'][t]['call_rate']:.0f} %)" for t in tasks]
+        cells = [f"{_pct(row['tasks'][t]['accuracy'])} ({fmt_pct(row['tasks'][t]['call_rate'], digits=0)})"
+                 for t in tasks]
         cells += [_pct(row["arithmetic"]), _pct(row["qa"])]
         if has_ppl:
             cells.append("–" if row["perplexity"] is None else f"{row['perplexity']:.2f}")

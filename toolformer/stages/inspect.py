@@ -72,7 +72,7 @@ def funnel_table(f: dict, tools: list[str]):
     for tool in tools:
         for i, step in enumerate(f["per_tool"][tool]["steps"]):
             r = step["of_previous"]
-            prev = "–" if r is None else (f"{100 * r:.1f} %" if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
+            prev = "–" if r is None else (fmt_pct(r) if step["unit"] == "share" else f"{r:.2f} {step['unit']}")
             count = "–" if step["count"] is None else f"{step['count']:,}"
             funnel.add_row(tool if i == 0 else "", STEP_LABELS[step["step"]], count, prev,
                            end_section=i == len(f["per_tool"][tool]["steps"]) - 1)
@@ -236,4 +236,4 @@ def print_gold(console, ins: Inspection, n_wrong: int) -> None:
 
 
 def pct(share: float | None) -> str:
-    return "n/a" if share is None else f"{100 * share:.1f} %"
+    return "n/a" if share is None else fmt_pct(share)

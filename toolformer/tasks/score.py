@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from toolformer.config.text import decode_utf8
 from toolformer.tasks.formats import FORMATS, KINDS, TaskData, TaskItem, detect_format
 from toolformer.tasks.metrics import default_max_words, gold_fits, math_score, model_answer, qa_score
 from toolformer.tools.calls import CallStyle, get_style, parse_calls
@@ -111,7 +112,7 @@ def read_predictions(path: Path) -> tuple[dict[str, str], list[str]]:
     """id -> output of a JSONL file of ``{"id", "output"}`` (split at ``\\n`` only), and the lines not used."""
     outputs: dict[str, str] = {}
     problems: list[str] = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").split("\n"), 1):
+    for n, line in enumerate(decode_utf8(path.read_bytes(), path).split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -43,6 +43,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from toolformer.rundir.folder import fmt_pct
     from toolformer.smallworld.arithmetic import split_forms
     from toolformer.smallworld.config import load_smallworld
     from toolformer.smallworld.corpora import Writer

@@ -13,6 +13,7 @@ import argparse
 import sys
 
 from toolformer.inspect.sweep import gold_by_tau
+from toolformer.rundir.folder import fmt_pct
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gold_by_tau: {e}", file=sys.stderr)
         return 2
     for r in rows:
-        precision = "–" if r["precision"] is None else fmt_pct(r['precision'])
+        precision = "–" if r["precision"] is None else fmt_pct(r["precision"])
         print(f"{args.tool} tau_f {r['tau']:g}: kept {r['kept']:,} ({r['kept_right']:,} right), "
               f"precision {precision}, recall {fmt_pct(r['recall'])}")
     return 0
