@@ -84,6 +84,20 @@ def test_a_packaged_config_reads_the_packaged_data_where_the_folder_has_none(tmp
     assert load_pipeline(args) == load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml")
 
 
+def test_the_tools_never_write_their_index_into_the_package(tmp_path, monkeypatch):
+    """QA and WikiSearch save a BM25 index beside a data file, but not beside the package's own sample data: an
+    installed package is not written into (the index stays in memory)."""
+    from toolformer.tools.qa import QA
+    from toolformer.tools.wikisearch import WikiSearch, index_cache
+
+    assert index_cache(share_path("data") / "knowledge.jsonl") is None
+    assert index_cache(tmp_path / "knowledge.jsonl") == tmp_path / "knowledge.jsonl.bm25"
+    before = {f for f in SHARE.rglob("*")}
+    assert QA(str(share_path("data") / "knowledge.jsonl")).run("When was Aldermoor founded?")
+    assert WikiSearch(str(share_path("data") / "collection.jsonl")).run("bridge")
+    assert {f for f in SHARE.rglob("*")} == before
+
+
 def test_tiny_model_learns_from_the_packaged_data_where_the_folder_has_none(tmp_path, monkeypatch):
     from toolformer.lm.modeling import tiny_tokenizer_texts
 

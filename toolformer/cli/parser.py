@@ -117,7 +117,8 @@ def _add_model_commands(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("tiny-model", help="write a tiny random causal LM and tokenizer (for tests)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", default="data", help="folder with the texts its tokenizer learns from (default: data)")
+    p.add_argument("--data", default="data", help="folder with the texts its tokenizer learns from (default: data, "
+                                                  "or the package's sample data where the current folder has none)")
 
     p = sub.add_parser("generate", help="generate text with tool calls from a tuned model",
                        description="Uses the tools, data and decoding rule the model folder records "

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
-from toolformer.tools.wikisearch import BM25Index, _stamp, read_collection, tokenize_words
+from toolformer.tools.wikisearch import BM25Index, _stamp, index_cache, read_collection, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
 # fact's sentence and say nothing of the relation asked for. Question words
@@ -66,8 +66,7 @@ class QA(Tool):
             if self._index is None:
                 self._facts = read_collection(self.path, ("subject", "relation", "object"), "tools.knowledge")
                 texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
-                cache = self.path.with_name(self.path.name + ".bm25")
-                self._index = BM25Index(texts, cache, _stamp(self.path))
+                self._index = BM25Index(texts, index_cache(self.path), _stamp(self.path))
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         question = tool_input.strip()

@@ -106,6 +106,18 @@ class BM25Index:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if s > 0]
 
 
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def index_cache(path: Path) -> Path | None:
+    """Where the index of the data file ``path`` is saved: ``PATH.bm25`` beside it, or nowhere (kept in memory)
+    when the file is one of the package's own (its sample data, read from an installed package): an install is
+    not written into."""
+    if PACKAGE in path.resolve().parents:
+        return None
+    return path.with_name(path.name + ".bm25")
+
+
 def _stamp(path: Path) -> str:
     st = path.stat()
     return f"{st.st_size}:{st.st_mtime_ns}"
@@ -147,7 +159,7 @@ class WikiSearch(Tool):
         with self._loading, uninterrupted():  # the read is capped; a call given up on still leaves it loaded
             if self._index is None:
                 self._docs = read_collection(self.path, ("title", "text"))
-                cache = self.path.with_name(self.path.name + ".bm25")
+                cache = index_cache(self.path)
                 self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache,
                                         _stamp(self.path))
 
