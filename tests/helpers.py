@@ -1,7 +1,7 @@
-"""Helpers shared by the test files: JSONL, run-folder shards, the CLI in a
-subprocess, a build stage made by hand, kept filter records and a filter stage
-to build from. (``conftest.py`` puts this folder on
-``sys.path``: ``from helpers import ...``.)"""
+"""Helpers shared by the test files: ``ROOT`` (the repository; the one place it
+is defined), JSONL, run-folder shards, the CLI in a subprocess, a build stage
+made by hand, kept filter records and a filter stage to build from.
+(``conftest.py`` puts this folder on ``sys.path``: ``from helpers import ...``.)"""
 
 from __future__ import annotations
 
@@ -91,3 +91,11 @@ def mcp_serve_params(config: str = "configs/tiny.yaml"):
     return StdioServerParameters(command=sys.executable, cwd=str(ROOT),
                                  args=["-m", "toolformer.cli", "mcp-serve", "--config", config],
                                  env={**get_default_environment(), "PYTHONPATH": str(ROOT)})
+
+
+def read_corpus_all(cfg) -> tuple[list[dict], list[dict]]:
+    """Every document of the corpus ``cfg`` (a CorpusConfig) as the stages read it, and the records it rejected."""
+    from toolformer.corpus.reader import iter_corpus
+
+    rejected: list[dict] = []
+    return list(iter_corpus(cfg, rejected)), rejected

@@ -1,4 +1,4 @@
-"""The corpus formats read_corpus takes (toolformer.corpus.reader): JSON Lines plain, gzip- or zstd-compressed and
+"""The corpus formats the corpus reader takes (toolformer.corpus.reader): JSON Lines plain, gzip- or zstd-compressed and
 in a folder of shards, text, CSV, Parquet and saved data sets; a compressed file is never read as text and an
 unknown suffix is refused."""
 
@@ -6,17 +6,16 @@ import gzip
 import sys
 
 import pytest
-from helpers import jsonl
+from helpers import jsonl, read_corpus_all
 
 from toolformer.config.schema import CorpusConfig
-from toolformer.corpus.reader import read_corpus
 
 ROWS = [{"id": "a1", "text": "She paid 18 + 12 = 30 dollars.", "date": "2021-03-04"},
         {"id": "a2", "text": "Lake Orun has 4 islands.", "date": None}]
 
 
 def _docs(path, **cfg):
-    return [(d["doc_id"], d["text"], d["date"]) for d in read_corpus(CorpusConfig(path=str(path), **cfg)).documents]
+    return [(d["doc_id"], d["text"], d["date"]) for d in read_corpus_all(CorpusConfig(path=str(path), **cfg))[0]]
 
 
 WANT = [("a1", ROWS[0]["text"], "2021-03-04"), ("a2", ROWS[1]["text"], None)]
@@ -39,7 +38,7 @@ def test_zst_without_zstandard_names_the_package(tmp_path, monkeypatch):
     (tmp_path / "c.jsonl.zst").write_bytes(b"\x28\xb5\x2f\xfd....")
     monkeypatch.setitem(sys.modules, "zstandard", None)  # import fails
     with pytest.raises(ValueError, match="needs the `zstandard` package"):
-        read_corpus(CorpusConfig(path=str(tmp_path / "c.jsonl.zst")))
+        read_corpus_all(CorpusConfig(path=str(tmp_path / "c.jsonl.zst")))
 
 
 def test_text_csv_parquet_and_saved_datasets(tmp_path):
@@ -65,10 +64,10 @@ def test_compressed_never_read_as_text_and_unknown_suffix_refused(tmp_path):
     for name in ("c.txt", "c.jsonl", "c.csv"):
         (tmp_path / name).write_bytes(packed)
         with pytest.raises(ValueError, match=f"{name}: the file is gzip-compressed but its name says plain"):
-            read_corpus(CorpusConfig(path=str(tmp_path / name)))
+            read_corpus_all(CorpusConfig(path=str(tmp_path / name)))
     with pytest.raises(ValueError, match="gzip-compressed"):
-        read_corpus(CorpusConfig(path=str(tmp_path / "c.txt"), format="text"))
+        read_corpus_all(CorpusConfig(path=str(tmp_path / "c.txt"), format="text"))
     for name in ("c.jsonl.bz2", "c.xml", "c.txt.gz"):
         (tmp_path / name).write_bytes(b"x")
         with pytest.raises(ValueError, match=r"supported: \.jsonl, \.jsonl\.gz, \.jsonl\.zst, \.json, \.parquet"):
-            read_corpus(CorpusConfig(path=str(tmp_path / name)))
+            read_corpus_all(CorpusConfig(path=str(tmp_path / name)))

@@ -10,11 +10,10 @@ import subprocess
 import sys
 
 import pytest
-from helpers import ROOT, read_jsonl, run_cli
+from helpers import ROOT, read_corpus_all, read_jsonl, run_cli
 from runs import rules_args, small_docs
 
 from toolformer.config.schema import CorpusConfig
-from toolformer.corpus.reader import read_corpus
 
 
 def test_corpus_records_that_are_not_text_are_rejected_with_the_reason(tmp_path):
@@ -27,28 +26,28 @@ def test_corpus_records_that_are_not_text_are_rejected_with_the_reason(tmp_path)
         b'{"id": "pair", "text": "an emoji \\ud83d\\ude00 is text"}',
         b'{"id": "b1", "text": "not utf8 \xff"}',
     ]) + b"\n")
-    corpus = read_corpus(CorpusConfig(path=str(tmp_path / "c.jsonl")))
-    assert [(d["doc_id"], d["text"]) for d in corpus.documents] == [("ok", good["text"]),
+    documents, rejected = read_corpus_all(CorpusConfig(path=str(tmp_path / "c.jsonl")))
+    assert [(d["doc_id"], d["text"]) for d in documents] == [("ok", good["text"]),
                                                                      ("pair", "an emoji \U0001F600 is text")]
-    reasons = {int(r["source"].rsplit(":", 1)[1]): r["reason"] for r in corpus.rejected}
+    reasons = {int(r["source"].rsplit(":", 1)[1]): r["reason"] for r in rejected}
     assert reasons == {2: "field 'text': lone surrogate U+D800 at character 7 (not valid Unicode text)",
                        3: "field 'id': lone surrogate U+DCFF at character 2 (not valid Unicode text)",
                        4: "field 'gold_calls': lone surrogate U+DFFF (not valid Unicode text)",
                        6: "not UTF-8 (invalid start byte at byte 31)"}
-    for r in corpus.rejected:
+    for r in rejected:
         r["raw"].encode("utf-8")  # a rejected record can be written (the surrogate shown escaped)
 
     (tmp_path / "c.txt").write_bytes(b"first line\r\nsecond \xff line\nthird\rfourth\n\nlast")
-    corpus = read_corpus(CorpusConfig(path=str(tmp_path / "c.txt")))
-    assert [(d["doc_id"], d["text"]) for d in corpus.documents] == [
+    documents, rejected = read_corpus_all(CorpusConfig(path=str(tmp_path / "c.txt")))
+    assert [(d["doc_id"], d["text"]) for d in documents] == [
         ("0", "first line"), ("2", "third"), ("3", "fourth"), ("5", "last")]  # ids: the rows as `datasets` counts
-    assert [(r["source"], r["reason"]) for r in corpus.rejected] == [
+    assert [(r["source"], r["reason"]) for r in rejected] == [
         (f"{tmp_path / 'c.txt'}:2", "not UTF-8 (invalid start byte at byte 7)"),
         (f"{tmp_path / 'c.txt'}:4", "empty text")]
 
     (tmp_path / "c.csv").write_bytes(b"id,text\na,fine\nb,caf\xe9\n")  # Latin-1, read whole by `datasets`
     with pytest.raises(ValueError, match=r"c\.csv: cannot be read as csv \(not UTF-8 \(byte 0xe9"):
-        read_corpus(CorpusConfig(path=str(tmp_path / "c.csv")))
+        read_corpus_all(CorpusConfig(path=str(tmp_path / "c.csv")))
 
 
 @pytest.mark.slow

@@ -1,6 +1,8 @@
 """The package's layers (CONTRIBUTING.md, "Layout"): a module imports only
 its own layer and the layers above it; nothing imports the command line; no
-module imports itself through others (an import circle)."""
+module imports itself through others (an import circle). The length limits hold
+for toolformer/ and tests/, and a test that starts a Python process is marked
+slow (CONTRIBUTING.md, "Tests")."""
 
 import ast
 import re

@@ -99,7 +99,7 @@ def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tin
 
     from toolformer.lm.sampler import Sampler
     from toolformer.lm.textpos import marker_token_ids
-    from toolformer.stages.sample import ANY_TOOL, annotate_group
+    from toolformer.stages.sample import ANY_TOOL, ToolSettings, annotate_group
     from toolformer.tools.calls import STYLES
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
@@ -110,7 +110,8 @@ def test_a_sampled_call_counts_for_the_tool_it_names_at_that_tools_positions(tin
     def candidates(script: str, k_calc: int, k_qa: int) -> list[tuple[str, int, str]]:
         lm = FixedCallLM(len(tok), tok(script, add_special_tokens=False)["input_ids"], marker_token_ids(tok, "["))
         samplers = {ANY_TOOL: Sampler(lm, tok, STYLES["plain"], None, [tok.bos_token_id])}
-        settings = {"Calculator": (0.0, k_calc, 2, "sampler", "Calculator"), "QA": (0.0, k_qa, 2, "sampler", "QA")}
+        settings = {"Calculator": ToolSettings(0.0, k_calc, 2, "sampler", "Calculator"),
+                    "QA": ToolSettings(0.0, k_qa, 2, "sampler", "QA")}
         torch.manual_seed(0)
         records, counts = annotate_group(cfg, tok, settings, samplers, group)
         assert counts["Calculator"]["candidates"] + counts["QA"]["candidates"] == len(records)

@@ -114,6 +114,7 @@ def test_the_model_hook_ticks_the_follower_on_each_forward(tiny_model_dir):
     assert Counting.calls == 2
 
 
+@pytest.mark.slow
 def test_the_contention_benchmark_reports_ratios_per_policy(monkeypatch):
     from toolformer.bench import contention as bc
 

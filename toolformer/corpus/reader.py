@@ -42,7 +42,6 @@ import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
 
@@ -60,12 +59,6 @@ SUPPORTED = (", ".join(SUFFIXES) + ", a folder of such files, a `datasets` save_
 # First bytes of compressed files.
 MAGIC = {b"\x1f\x8b": "gzip", b"\x28\xb5\x2f\xfd": "zstd", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz",
          b"PK\x03\x04": "zip"}
-
-
-@dataclass
-class Corpus:
-    documents: list[dict]
-    rejected: list[dict] = field(default_factory=list)  # {"source", "line", "reason", "raw"}
 
 
 def _suffix(path: Path) -> str | None:
@@ -262,12 +255,6 @@ def _load_from_disk(path: Path, split: str):
             raise ValueError(f"{path}: no split {split!r} (splits: {', '.join(ds)}); set corpus.split")
         ds = ds[split]
     return ds
-
-
-def read_corpus(cfg: CorpusConfig) -> Corpus:
-    """All documents of the corpus, in order, plus the rejected records."""
-    rejected: list[dict] = []
-    return Corpus(list(iter_corpus(cfg, rejected)), rejected)
 
 
 def iter_corpus(cfg: CorpusConfig, rejected: list[dict]) -> Iterator[dict]:
