@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from toolformer.tools.calls import CallStyle, add_call_tokens
+from toolformer.tools.calls import CallStyle, add_call_tokens, init_call_rows
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -82,8 +82,10 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     # The ignores: torch types a module's attribute as Tensor | Module, and transformers wraps `to` (@wraps of
     # Module.to), which mypy reads as an unbound function.
-    if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
-        model.resize_token_embeddings(len(tokenizer))  # call tokens were added
+    if tokenizer is not None:
+        init_call_rows(model, tokenizer)  # call tokens were added: their rows, the same way whatever the padding
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
+            model.resize_token_embeddings(len(tokenizer))
     if device.type == "cpu":
         from toolformer.lm.threads import follow_load
 

@@ -156,6 +156,8 @@ def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     # Loaded in float32 on the CPU; the training loop moves it to this process's device.
     model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
     seq_len = min(cfg.finetune.max_length, model_window(model))
+    if getattr(tokenizer, "call_rows_note", "") and state.is_main_process:
+        print(f"finetune: {tokenizer.call_rows_note}")
     return model, tokenizer, seq_len
 
 
