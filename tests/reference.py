@@ -26,6 +26,7 @@ def reference_loss(model, prefix_ids, text_ids, position, horizon=5, window=None
     total = 0.0
     for t, j in enumerate(targets):
         at = len(prefix_ids) + (j - cut)  # index of x_j in seq
+        assert at >= 1, "x_0 after an empty prefix has no logits to be predicted from"
         logp = torch.log_softmax(logits[at - 1], dim=-1)[text_ids[j]].item()
         total -= w[t] * logp
     assert math.isfinite(total)

@@ -204,7 +204,7 @@ class ToolformerModel:
         self.tokenizer.save_pretrained(out)
         limit = self.config.finetune.tool_data_max_mb if max_data_mb is None else max_data_mb
         base = (self.spec or {}).get("base_model") or self.folder
-        spec = write_spec(self.config, out, limit, base_model=base)
+        spec = write_spec(self.config, out, limit, base_model=base, tokenizer=self.tokenizer)
         atomic_write_text(out / "README.md", f"# Toolformer model\n\nSaved by `ToolformerModel.save_pretrained` from "
                                              f"`{self.folder}` (base model `{base}`).\n\n" + card_section(spec))
         return out

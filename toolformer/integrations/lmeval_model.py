@@ -51,7 +51,7 @@ from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm import tqdm
 
 from toolformer.api import ToolformerModel
-from toolformer.lm.modeling import bos_ids, model_window
+from toolformer.lm.modeling import document_start, model_window
 from toolformer.lm.textpos import marker_token_ids
 from toolformer.tools.calls import CallStyle, parse_calls
 
@@ -197,8 +197,7 @@ class ToolformerLM(LM):
 
     # -- scoring ---------------------------------------------------------------------------------------------
     def _prefix(self) -> list[int]:
-        eos = self.tokenizer.eos_token_id
-        return bos_ids(self.tokenizer) or ([eos] if eos is not None else [])
+        return document_start(self.tokenizer)
 
     def _encode_pair(self, context: str, continuation: str) -> tuple[list[int], list[int]]:
         """(context ids after the BOS, continuation ids), split where the context's tokens end (spaces at the

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from toolformer.lm.constrain import MAX_INPUT_CHARS, call_grammar
-from toolformer.lm.modeling import bos_ids, cache_kwarg, model_window, output_cache
+from toolformer.lm.modeling import cache_kwarg, document_start, model_window, output_cache
 from toolformer.lm.textpos import marker_token_ids
 from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle, parse_calls, strip_calls
@@ -242,8 +242,8 @@ def _generate_batch(model, tokenizer, prompts: list[str], dec: _Decoder, dates, 
     device = next(model.parameters()).device
     room = window - dec.max_new_tokens
     keep = max(1, room - min(RESULT_TOKENS * max(0, dec.max_calls), room // 4))
-    bos = bos_ids(tokenizer)
-    # Cut long prompts from the left, keeping BOS first (sequences start with it in training).
+    bos = document_start(tokenizer)
+    # Cut long prompts from the left, keeping the document start (BOS, else EOS) first, as in training.
     encoded = [tokenizer.encode(p, add_special_tokens=False) for p in prompts]
     seqs = [bos + e[-max(1, keep - len(bos)):] for e in encoded]
     cut = [len(bos) + len(e) - len(s) for e, s in zip(encoded, seqs)]

@@ -13,6 +13,8 @@ write it, so that the folder says how it is meant to be used:
   ``sha256``;
 - ``decoding``: the rule at inference (``top_k_trigger``, ``max_calls``,
   ``max_new_tokens``; greedy);
+- ``document``: what precedes (``start``) and follows (``end``) every document, as tokens and ids
+  (:func:`toolformer.lm.modeling.document_spec`): BOS, else EOS, before; EOS after unless it starts documents;
 - ``format`` (:data:`FORMAT`), ``toolformer_version`` and ``base_model``.
 
 Data of at most ``finetune.tool_data_max_mb`` (50 MB) is copied into
@@ -140,10 +142,11 @@ def _record_data(tools_cfg, out: Path, max_bytes: int, warn) -> tuple[dict, dict
     return paths, records
 
 
-def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_stderr) -> dict:
+def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_stderr, tokenizer=None) -> dict:
     """Write ``OUT/toolformer.json`` for a model tuned with ``cfg`` (a PipelineConfig):
     its call style, tools (data copied up to ``max_mb`` MB each), the decoding
-    rule of ``cfg.evaluate``. Returns the record."""
+    rule of ``cfg.evaluate``, the document's start and end tokens of ``tokenizer``. Returns the record."""
+    from toolformer.lm.modeling import document_spec
     from toolformer.rundir.files import atomic_write_text
     from toolformer.rundir.inputs import TOOL_DATA
     from toolformer.tools.calls import get_style
@@ -164,6 +167,8 @@ def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_
         "tools": {"enabled": list(cfg.tools.enabled), "settings": {**settings, **paths}, "data": records},
         "decoding": {**{k: getattr(cfg.evaluate, k) for k in DECODING}, "sampling": "greedy"},
     }
+    if tokenizer is not None:
+        spec["document"] = document_spec(tokenizer)
     atomic_write_text(out / SPEC_FILE, json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
     return spec
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from toolformer.tools.calls import CallStyle, add_call_tokens
+from toolformer.tools.calls import CallStyle, add_call_tokens, init_call_rows
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -82,8 +82,10 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     # The ignores: torch types a module's attribute as Tensor | Module, and transformers wraps `to` (@wraps of
     # Module.to), which mypy reads as an unbound function.
-    if tokenizer is not None and len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
-        model.resize_token_embeddings(len(tokenizer))  # call tokens were added
+    if tokenizer is not None:
+        init_call_rows(model, tokenizer)  # call tokens were added: their rows, the same way whatever the padding
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
+            model.resize_token_embeddings(len(tokenizer))
     if device.type == "cpu":
         from toolformer.lm.threads import follow_load
 
@@ -126,10 +128,31 @@ def model_window(model, model_cfg=None) -> int:
     return 2048
 
 
-def bos_ids(tokenizer) -> list[int]:
-    """[BOS] if the tokenizer defines one (sequences start with it: docs/design.md)."""
-    bos = tokenizer.bos_token_id
-    return [bos] if bos is not None else []
+def document_start(tokenizer) -> list[int]:
+    """The tokens put before every document wherever the model reads one: the sampler's rows, the filter's
+    L_i(z), the packed training rows, generation and evaluation (docs/design.md). [BOS] when the tokenizer has
+    one, else [EOS], the token that separates documents in the model's pre-training (Qwen, GPT-4-style
+    tokenizers); [] only for a tokenizer with neither. So x_0 is predicted from the logits at that token, never
+    from a padding slot or the end of the row."""
+    for token_id in (tokenizer.bos_token_id, tokenizer.eos_token_id):
+        if token_id is not None:
+            return [token_id]
+    return []
+
+
+def document_end(tokenizer) -> list[int]:
+    """The tokens after every document in training rows: [EOS], so the tuned model learns to stop; [] when EOS
+    is also what starts a document (a tokenizer without BOS, or whose BOS is its EOS, as the small world's):
+    the next document's start then ends the previous one, one token between documents, as before."""
+    eos = tokenizer.eos_token_id
+    return [eos] if eos is not None and [eos] != document_start(tokenizer) else []
+
+
+def document_spec(tokenizer) -> dict:
+    """What :func:`document_start` and :func:`document_end` chose, as tokens and ids (``toolformer.json``)."""
+    start, end = document_start(tokenizer), document_end(tokenizer)
+    return {"start": tokenizer.convert_ids_to_tokens(start), "start_ids": start,
+            "end": tokenizer.convert_ids_to_tokens(end), "end_ids": end}
 
 
 def tiny_tokenizer_texts(data_dir: str | Path = "data") -> list[str]:

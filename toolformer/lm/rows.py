@@ -1,7 +1,8 @@
 """Packed token rows and their losses: what training, the dev perplexity and the evaluate stage's held-out
 perplexity share.
 
-* :func:`pack_sequences` turns documents into rows of ``seq_len`` tokens, each document after BOS;
+* :func:`pack_sequences` turns documents into rows of ``seq_len`` tokens, each document between
+  :func:`~toolformer.lm.modeling.document_start` and :func:`~toolformer.lm.modeling.document_end`;
 * :func:`batch_inputs` makes model inputs of rows (padding masked, labels kept);
 * :func:`row_nll` / :func:`row_nlls` score rows, the latter also with given tokens taken out of every
   next-token distribution (perplexity "with tools disabled");
@@ -17,7 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from toolformer.lm.modeling import bos_ids
+from toolformer.lm.modeling import document_end, document_start
 
 # Fills the padded tail of the last packed row; ignored by the loss and masked
 # from attention (any real id is substituted before the forward pass).
@@ -26,8 +27,8 @@ IGNORE_INDEX = -100
 
 def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1000,
                    whole_documents: bool = False) -> torch.Tensor:
-    """Concatenate documents, each preceded by the BOS (or end-of-text) token,
-    and cut the stream into rows of ``seq_len`` tokens.
+    """Concatenate documents, each as ``document_start + text + document_end`` (BOS … EOS; EOS … with one
+    token between documents where EOS starts them), and cut the stream into rows of ``seq_len`` tokens.
 
     Texts are tokenized with ``add_special_tokens=False``. By default a
     document may span two rows. With ``whole_documents`` a document that fits
@@ -38,13 +39,9 @@ def pack_sequences(tokenizer, texts: Iterable[str], seq_len: int, batch: int = 1
     ``IGNORE_INDEX``; :func:`batch_inputs` turns it into an attention mask and
     ignored labels. Returns (N, seq_len) int64.
     """
-    sep = _separator(tokenizer)
-    docs = (np.asarray([*sep, *ids], dtype=np.int64) for ids in _encoded(tokenizer, list(texts), batch))
+    start, end = document_start(tokenizer), document_end(tokenizer)
+    docs = (np.asarray([*start, *ids, *end], dtype=np.int64) for ids in _encoded(tokenizer, list(texts), batch))
     return _pack(docs, seq_len, whole_documents, IGNORE_INDEX)
-
-
-def _separator(tokenizer) -> list[int]:
-    return bos_ids(tokenizer) or ([tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else [])
 
 
 def _encoded(tokenizer, texts: list[str], batch: int) -> Iterator[list[int]]:

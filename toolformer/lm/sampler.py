@@ -112,8 +112,8 @@ class Sampler:
         self.device = next(model.parameters()).device
         self.free = prompt is None
         if self.free and not bos:
-            raise ValueError("sample.prompt=none: the tokenizer has no BOS token, so nothing comes before the first "
-                             "position of a document to score it from")
+            raise ValueError("sample.prompt=none: the tokenizer has neither BOS nor EOS, so nothing comes before the "
+                             "first position of a document to score it from")
         self.parts = PromptParts(list(bos), "") if prompt is None else prompt_parts(tokenizer, prompt, bos)
         # without a prompt each row is [BOS] + x: p_1 needs the logits at BOS, so BOS is not cached apart
         self.prefix = PrefixCache(model, self.parts.preamble_ids) if reuse_cache and not self.free else None

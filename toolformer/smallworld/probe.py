@@ -40,7 +40,7 @@ from pathlib import Path
 
 import torch
 
-from toolformer.lm.modeling import bos_ids, set_threads
+from toolformer.lm.modeling import document_start, set_threads
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.rundir.files import read_jsonl
@@ -91,7 +91,7 @@ def copy_probe(model, tokenizer, items: list[dict], separator: str = "\n", horiz
                style_name: str = "plain") -> dict:
     """The four losses per item and their means; see the module docstring."""
     style = get_style(style_name)
-    bos = tuple(bos_ids(tokenizer))
+    bos = tuple(document_start(tokenizer))
     window = model.config.max_position_embeddings
     scorer = LossScorer(model, tokenizer.pad_token_id or 0, window, horizon)
 
@@ -132,7 +132,7 @@ def copy_probe(model, tokenizer, items: list[dict], separator: str = "\n", horiz
 def greedy_numbers(model, tokenizer, prompts: list[str], max_new_tokens: int = 10, batch_size: int = 64) -> list[str]:
     """Greedy continuation of each prompt (after BOS); returns the generated text.
     Prompts of equal token length are batched together, so nothing is padded."""
-    bos = bos_ids(tokenizer)
+    bos = document_start(tokenizer)
     device = next(model.parameters()).device
     encoded = [bos + tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
     out: list[str] = [""] * len(prompts)
@@ -219,7 +219,7 @@ def call_items(paths: dict, limit: int, seed: int = 0) -> dict[str, list[dict]]:
 @torch.no_grad()
 def _argument_loss(model, tokenizer, prompt: str, argument: str) -> float:
     """Mean loss per token of ``argument`` + ``)`` after ``prompt`` + `` [tool(``."""
-    bos = bos_ids(tokenizer)
+    bos = document_start(tokenizer)
     head = bos + tokenizer(prompt, add_special_tokens=False)["input_ids"]
     full = bos + tokenizer(prompt + argument + ")", add_special_tokens=False)["input_ids"]
     n = len(full) - len(head)

@@ -45,7 +45,7 @@ from toolformer.config.evaluation import TaskConfig
 from toolformer.config.schema import PipelineConfig
 from toolformer.lm.generate import Generation, generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import check_tool_data, setup_line, tool_setup, with_folder_tools
-from toolformer.lm.modeling import _check_local, bos_ids, model_window, set_threads
+from toolformer.lm.modeling import _check_local, document_start, model_window, set_threads
 from toolformer.lm.rows import IGNORE_INDEX, row_nlls
 from toolformer.lm.textpos import marker_token_ids
 from toolformer.rundir.files import atomic_write_text, dumps, iter_jsonl
@@ -162,7 +162,7 @@ def read_texts(path: str, max_docs: int = 0) -> list[str]:
 @torch.no_grad()
 def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexity",
                without: list[int] | tuple[int, ...] = ()) -> tuple[float, int, float]:
-    """exp(mean NLL per token) over ``texts``, each BOS + tokens cut into
+    """exp(mean NLL per token) over ``texts``, each after its document start (BOS, else EOS) cut into
     non-overlapping windows; returns (perplexity, tokens scored, perplexity
     with the tokens ``without`` disallowed: the distribution a model decodes
     from with tools disabled, the call-start tokens taken out and the rest
@@ -170,7 +170,7 @@ def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexit
     device = next(model.parameters()).device
     chunks = []
     for t in texts:
-        ids = bos_ids(tok) + tok.encode(t, add_special_tokens=False)
+        ids = document_start(tok) + tok.encode(t, add_special_tokens=False)
         chunks += [ids[s : s + window] for s in range(0, len(ids), window) if len(ids[s : s + window]) > 1]
     chunks.sort(key=len)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0

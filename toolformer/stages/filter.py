@@ -11,7 +11,8 @@ L⁻ ≤ L(ε), so a candidate with L(ε) − L⁺ < tau_f is rejected whatever 
 computed first and L(e(c, ε)) only for the others; their records hold ``loss_no_result`` null and
 ``loss_minus`` = L(ε), an upper bound.
 
-Sequence = [BOS] + tokens(z + prefix_separator) + tokens(text); the text is
+Sequence = start + tokens(z + prefix_separator) + tokens(text), start being BOS (else EOS:
+:func:`toolformer.lm.modeling.document_start`, so x_0 has real logits to come from); the text is
 tokenized once so every variant scores the same target tokens. The losses come
 from ``model.path`` (the paper's M), or from ``filter.model`` when set.
 """
@@ -24,7 +25,7 @@ from typing import Any
 from toolformer.config.schema import PipelineConfig
 from toolformer.corpus.records import ExecuteRecord, FilterRecord
 from toolformer.lm.losses import is_kept, loss_minus
-from toolformer.lm.modeling import DTYPES, bos_ids, load, model_window, set_threads, with_weights
+from toolformer.lm.modeling import DTYPES, document_start, load, model_window, set_threads, with_weights
 from toolformer.lm.scoring import LossRequest, LossScorer
 from toolformer.lm.textpos import tokenize_text
 from toolformer.rundir.folder import DocumentStore, StageFolder, fmt_pct
@@ -48,7 +49,7 @@ class CandidateScorer:
         self.cfg, self.tok, self.docs = cfg, tokenizer, docs
         self.all_losses, self.tau_override = all_losses, tau
         self.style = get_style(cfg.calls.style)
-        self.bos = tuple(bos_ids(tokenizer))
+        self.bos = tuple(document_start(tokenizer))
         self.scorer = LossScorer(model, tokenizer.pad_token_id or 0, model_window(model, cfg.model),
                                  cfg.filter.horizon, cfg.filter.batch_tokens, share_rows=cfg.filter.share)
         self._texts: dict[str, list[int]] = {}

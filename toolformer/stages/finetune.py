@@ -156,6 +156,8 @@ def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     # Loaded in float32 on the CPU; the training loop moves it to this process's device.
     model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
     seq_len = min(cfg.finetune.max_length, model_window(model))
+    if getattr(tokenizer, "call_rows_note", "") and state.is_main_process:
+        print(f"finetune: {tokenizer.call_rows_note}")
     return model, tokenizer, seq_len
 
 
@@ -217,7 +219,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
         "dev_rows": 0 if dev_rows is None else len(dev_rows),
         "train_tokens": int((train_rows >= 0).sum()),
     }
-    spec = write_spec(cfg, out, cfg.finetune.tool_data_max_mb, base_model=cfg.model.path)
+    spec = write_spec(cfg, out, cfg.finetune.tool_data_max_mb, base_model=cfg.model.path, tokenizer=tokenizer)
     atomic_write_text(out / "README.md", model_card(cfg, data, metrics, spec))
     print(f"finetune: {out / SPEC_FILE}: {spec_summary(spec)}")
     run.stage.finish(run.hash, cfg.seed, {**data, **metrics}, model=str(out), base_model=cfg.model.path,

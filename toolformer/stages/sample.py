@@ -32,7 +32,7 @@ from toolformer.config.schema import PipelineConfig
 from toolformer.corpus.reader import iter_corpus
 from toolformer.corpus.records import SampleRecord
 from toolformer.corpus.windows import pieces, shard_groups, split_windows
-from toolformer.lm.modeling import bos_ids, load, model_window, set_threads, with_weights
+from toolformer.lm.modeling import document_start, load, model_window, set_threads, with_weights
 from toolformer.lm.textpos import tokenize_text
 from toolformer.rundir.files import atomic_write_text, dumps, iter_jsonl, read_json
 from toolformer.rundir.folder import document_row, fmt_pct, write_documents
@@ -195,8 +195,9 @@ def make_samplers(cfg: PipelineConfig, settings: dict[str, ToolSettings], tools:
     style = get_style(cfg.calls.style)
     sampling = [t for t, s in settings.items() if s.method in ("sampler", "both")]
     if cfg.sample.prompt == "none":
-        return {ANY_TOOL: Sampler(model, tok, style, None, bos_ids(tok))} if sampling else {}
-    return {t: Sampler(model, tok, style, render_prompt(tools[t], "{text}", style), bos_ids(tok)) for t in sampling}
+        return {ANY_TOOL: Sampler(model, tok, style, None, document_start(tok))} if sampling else {}
+    start = document_start(tok)
+    return {t: Sampler(model, tok, style, render_prompt(tools[t], "{text}", style), start) for t in sampling}
 
 
 def annotate_group(cfg: PipelineConfig, tok, settings: dict[str, ToolSettings], samplers: dict,

@@ -26,6 +26,7 @@ __all__ = [
     "ParsedCall",
     "STYLES",
     "add_call_tokens",
+    "init_call_rows",
     "get_style",
     "insert_calls",
     "parse_calls",
@@ -215,14 +216,53 @@ def strip_calls(text: str, style: CallStyle, tools: set[str] | None = None, sepa
 
 
 def add_call_tokens(tokenizer, model=None, style: CallStyle | None = None) -> int:
-    """Register the markers of a special-token style on ``tokenizer`` and resize
-    ``model``'s embedding matrix to match. Returns the number of tokens added."""
+    """Register the markers of a special-token style on ``tokenizer`` and give ``model`` rows for them
+    (:func:`init_call_rows`). Returns the number of tokens added.
+
+    The markers are added tokens (never split) but not special ones: ``decode(..., skip_special_tokens=True)``,
+    which chat stacks and evaluation harnesses use, keeps them, so a decoded text never loses its calls."""
+    from tokenizers import AddedToken
+
     style = style or STYLES["special"]
     if not style.special_tokens:
         return 0
     before = len(tokenizer)
-    tokenizer.add_tokens([style.start, style.end, style.arrow], special_tokens=True)
-    added = len(tokenizer) - before  # a marker already in the vocabulary adds no row
-    if model is not None and model.get_input_embeddings().weight.shape[0] < len(tokenizer):
+    markers = [style.start, style.end, style.arrow]
+    tokenizer.add_tokens([AddedToken(m, special=False, normalized=False) for m in markers])
+    new = [(m, tokenizer.convert_tokens_to_ids(m)) for m in markers]
+    new = [(m, i) for m, i in new if i >= before]  # a marker already in the vocabulary adds no row
+    if new:
+        tokenizer.call_rows = (before, new)  # what init_call_rows gives rows to, once
+    if model is not None:
+        init_call_rows(model, tokenizer)
+    return len(new)
+
+
+def init_call_rows(model, tokenizer) -> str:
+    """Rows for the call tokens :func:`add_call_tokens` added: the embedding matrix is resized when it has fewer
+    rows than the tokenizer, and the new tokens' input (and untied output) rows are set to the mean of the rows of
+    the tokenizer's earlier tokens, whatever the checkpoint held there (a checkpoint padded beyond its tokenizer,
+    as every Qwen, has untrained rows at those ids). Returns one line saying what was done ("" when nothing was
+    added)."""
+    import torch
+
+    pending = getattr(tokenizer, "call_rows", None)
+    if not pending:
+        return ""
+    before, new = pending
+    rows = model.get_input_embeddings().weight.shape[0]
+    if rows < len(tokenizer):
         model.resize_token_embeddings(len(tokenizer))
-    return added
+    matrices = {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings())
+                if m is not None}
+    ids = torch.tensor([i for _m, i in new])
+    with torch.no_grad():
+        for w in matrices.values():
+            w[ids] = w[:before].mean(0).to(w.dtype)
+    tokenizer.call_rows = None
+    how = (f"embedding resized {rows:,} -> {len(tokenizer):,} rows" if rows < len(tokenizer)
+           else f"the checkpoint's padding rows reused ({rows:,} rows, tokenizer {len(tokenizer):,})")
+    line = (f"call tokens {' '.join(f'{m}={i}' for m, i in new)} initialised to the mean of the {before:,} "
+            f"tokenizer rows ({'tied' if len(matrices) == 1 else 'input and output'} embeddings; {how})")
+    tokenizer.call_rows_note = line
+    return line

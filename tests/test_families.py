@@ -1,0 +1,155 @@
+"""Real tokenizers (Llama-3, Qwen, cl100k) and tiny models of their architectures (tests/families.py): the
+filter's losses against the reference at positions 0, 1 and last, batched and alone; the document start and end
+of every family; the call markers in both styles; packed rows."""
+
+import pytest
+import torch
+from families import FAMILIES, check_tokenizer
+from reference import reference_loss
+
+from toolformer.config.schema import PipelineConfig
+from toolformer.lm.modeling import check_markers, document_end, document_start
+from toolformer.lm.rows import IGNORE_INDEX, pack_sequences
+from toolformer.lm.scoring import LossRequest, LossScorer
+from toolformer.stages.filter import CandidateScorer
+from toolformer.tools.calls import get_style
+
+DOCS = {"a": "Out of 1400 participants, 400 passed the test.",
+        "b": "The meeting is on Monday, May 1, 2024, at the town hall of Aldermoor, by the river.",
+        "c": "7 + 8 = 15"}
+
+
+def test_tokenizers_give_the_packages_ids(family):
+    fam, tok, _model = family
+    check_tokenizer(fam, tok)
+
+
+def test_document_start_and_end(family):
+    fam, tok, _model = family
+    want = {"llama3": ([128000], [128001]), "qwen": ([151643], []), "gpt": ([100257], [])}[fam.name]
+    assert (document_start(tok), document_end(tok)) == want
+
+
+def requests(tok, texts):
+    """L(ε) and L(e(c, r)) at positions 0, 1 and last of every text."""
+    start = tuple(document_start(tok))
+    call = start + tuple(tok.encode("[Calculator(400 / 1400) → 0.29] ", add_special_tokens=False))
+    return [LossRequest(p, key, i) for key, ids in texts.items() if key != "c" for i in (0, 1, len(ids) - 1)
+            for p in (start, call)]
+
+
+@pytest.mark.slow  # 3-7 s a family
+@pytest.mark.parametrize("share", [True, False])
+def test_filter_losses_match_the_reference_batched_and_alone(family, share):
+    """Position 0 included: a BOS-less tokenizer (Qwen) is scored after its EOS, from real logits."""
+    fam, tok, model = family
+    texts = {k: tok.encode(t, add_special_tokens=False) for k, t in DOCS.items()}
+    reqs = requests(tok, texts)
+    assert all(r.prefix for r in reqs)
+    scorer = LossScorer(model, tok.pad_token_id or 0, 2048, 5, 256, share_rows=share)
+    batched = scorer.losses(reqs, texts)
+    for r in reqs:
+        alone = scorer.losses([r], texts)[r]  # one request a call: its own row, no padding
+        ref = reference_loss(model, r.prefix, texts[r.text_key], r.position)
+        assert batched[r] == pytest.approx(ref, abs=1e-5), (fam.name, r.text_key, r.position)
+        assert alone == pytest.approx(ref, abs=1e-5), (fam.name, r.text_key, r.position)
+
+
+def test_candidate_scorer_at_position_zero(family):
+    """The filter stage's scorer: a Calendar call before the first token, L(ε) the reference's whatever else is
+    in the batch."""
+    fam, tok, model = family
+    cfg = PipelineConfig()
+    docs = {k: {"text": t} for k, t in DOCS.items()}
+    rec = {"doc_id": "b", "tool": "Calendar", "input": "", "position": 0, "char_start": 0, "p_i": None,
+           "source": "rules", "result": "Today is Monday, May 1, 2024.", "error": None}
+    other = {**rec, "doc_id": "a", "tool": "Calculator", "input": "400 / 1400", "position": 5, "char_start": 12,
+             "result": "0.29"}
+    scorer = CandidateScorer(cfg, model, tok, docs, all_losses=True)
+    alone, = scorer.score([rec])
+    batched = scorer.score([other, rec, other])[1]
+    ids = tok.encode(DOCS["b"], add_special_tokens=False)
+    ref = reference_loss(model, scorer.prefix(None), ids, 0)
+    assert alone["loss_none"] == batched["loss_none"] == pytest.approx(ref, abs=1e-5)
+    ref_plus = reference_loss(model, scorer.prefix(alone["call_text"]), ids, 0)
+    assert alone["loss_plus"] == batched["loss_plus"] == pytest.approx(ref_plus, abs=1e-5)
+
+
+@pytest.mark.parametrize("style", ["plain", "special"])
+def test_call_markers_survive_encode_and_decode(family, style, tmp_path):
+    from families import write_family_model
+
+    from toolformer.lm.modeling import load_tokenizer
+
+    fam, tok, _model = family
+    call = get_style(style).render("Calculator", "400 / 1400", "0.29")
+    if style == "plain":
+        check_markers(tok, get_style(style), fam.name)
+        assert tok.decode(tok.encode(call, add_special_tokens=False)) == call
+        return
+    folder = write_family_model(fam.name, tmp_path / fam.name)
+    special = load_tokenizer(str(folder), get_style(style))
+    ids = special.encode(call, add_special_tokens=False)
+    assert {special.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")} <= set(ids)
+    for skip in (False, True):  # the markers are no skippable special tokens: a decoded text keeps its calls
+        assert special.decode(ids, skip_special_tokens=skip) == call
+
+
+def test_packed_rows_put_every_document_between_start_and_end(family):
+    fam, tok, _model = family
+    texts = list(DOCS.values())
+    rows = pack_sequences(tok, texts, 64, whole_documents=True)
+    start, end = document_start(tok), document_end(tok)
+    want = []
+    for t in texts:
+        want.append(start + tok.encode(t, add_special_tokens=False) + end)
+    got = [[int(x) for x in row if x != IGNORE_INDEX] for row in rows]
+    flat = [x for row in got for x in row]
+    assert flat == [x for w in want for x in w]
+    assert all(row[0] == start[0] for row in got)
+    if fam.name == "llama3":
+        assert flat.count(tok.eos_token_id) == len(texts)  # every document ends, so the tuned model stops
+
+
+def test_qwen_padded_and_exact_vocabularies_share_the_tokenizer():
+    pytest.importorskip("quicktok")
+    assert FAMILIES["qwen"].vocab_rows == 151936 and FAMILIES["qwen-exact"].vocab_rows == 151669
+    assert torch.tensor(0).dtype == torch.int64
+
+
+@pytest.mark.parametrize("name", ["qwen", "qwen-exact"])
+def test_call_rows_are_the_mean_whatever_the_padding(name):
+    """Qwen's checkpoints have 151,936 rows for 151,669 tokens: the markers land on padding rows, which are set
+    to the mean of the tokenizer's rows, as the resized matrix of the unpadded model is."""
+    pytest.importorskip("quicktok")
+    import copy
+
+    from families import cached_tokenizer, tiny_model
+
+    from toolformer.tools.calls import add_call_tokens
+
+    fam = FAMILIES[name]
+    tok = copy.deepcopy(cached_tokenizer("qwen"))
+    model = tiny_model(fam, tok)
+    assert add_call_tokens(tok, model, get_style("special")) == 3
+    w = model.get_input_embeddings().weight
+    assert w.shape[0] == max(fam.vocab_rows, len(tok))
+    mean = w[:151669].mean(0)
+    for m in ("<API>", "</API>", "→"):
+        assert torch.allclose(w[tok.convert_tokens_to_ids(m)], mean, atol=1e-6)
+    assert model.get_output_embeddings().weight is w  # tied: one matrix
+    assert "mean of the 151,669 tokenizer rows" in tok.call_rows_note
+
+
+@pytest.mark.slow  # about 5 s a family: the decoder reads every token of a 150k vocabulary
+def test_generation_batched_is_generation_one_by_one(family):
+    from toolformer.lm.generate import generate_with_tools
+
+    _fam, tok, model = family
+    prompts = ["The bridge", "A much longer prompt about the town of Aldermoor and its river", "7 + 8 ="]
+    style = get_style("plain")
+    batched = generate_with_tools(model, tok, prompts, None, style, disabled=True, max_new_tokens=6, batch_size=3,
+                                  window=2048)
+    for p, g in zip(prompts, batched):
+        alone, = generate_with_tools(model, tok, [p], None, style, disabled=True, max_new_tokens=6, window=2048)
+        assert g.text == alone.text, p
