@@ -23,6 +23,8 @@ def _head(report: dict) -> list[str]:
         lines.append(f"tokenizer (calls.style {t['style']}): every marker is whole in context")
     else:
         lines.append(f"tokenizer (calls.style {t['style']}): {len(t['problems'])} problem(s)")
+        if t.get("merges"):
+            lines.append("  markers merge into: " + ", ".join(repr(m) for m in t["merges"]))
         for e in t["markers"]:
             for p in e["problems"]:
                 lines.append(f"  {e['role']} {e['marker']!r}: {p}")
