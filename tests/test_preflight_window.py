@@ -19,9 +19,9 @@ from toolformer.stages.sample import run_stage
 DOCS = 6
 
 
-def _config(model, corpus, run_dir) -> PipelineConfig:
+def _config(model, corpus, run_dir, *more: str) -> PipelineConfig:
     return load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml",
-                       [f"model.path={model}", f"corpus.path={corpus}", f"run_dir={run_dir}", "model.threads=1"])
+                       [f"model.path={model}", f"corpus.path={corpus}", f"run_dir={run_dir}", "model.threads=1", *more])
 
 
 def _seconds(work) -> tuple[float, object]:
@@ -55,3 +55,20 @@ def test_preflight_times_the_rows_the_run_uses(tmp_path):
     # one moment to the next, as the threads waited on each other. With one, the ratio was 0.79 to 0.98.
     assert 0.5 <= projected / real <= 2
     assert preflight[131072] <= 2 * preflight[2048]
+
+
+@pytest.mark.slow  # 5 to 6 s: two preflights
+def test_peak_memory_is_bounded_by_the_window_setting(tmp_path):
+    """The logits of one row (row x vocabulary x 4 bytes) come from the longest row the settings allow: with a
+    131,072-token window that is most of the window; corpus.window_tokens bounds it."""
+    corpus = tmp_path / "docs.jsonl"
+    write_jsonl(corpus, read_jsonl(ROOT / "data" / "corpus.jsonl")[:2])
+    model = write_tiny_model(tmp_path / "m", seed=0, positions=131072, data_dir=ROOT / "data")
+    cfg = _config(model, corpus, tmp_path / "run")
+    memory = {n: run_preflight(cfg if n == 0 else _config(model, corpus, tmp_path / "run", f"corpus.window_tokens={n}"),
+                               n_docs=2, n_probe=2)["work"]["memory"] for n in (0, 256)}
+    for m in memory.values():
+        assert m["logits_bytes"] == m["row_tokens"] * m["vocabulary"] * 4 and m["bound_by"] == "corpus.window_tokens"
+        assert m["peak_bytes"] == m["model_bytes"] + m["logits_bytes"]
+    assert 100_000 < memory[0]["row_tokens"] <= 131072
+    assert memory[256]["window_tokens"] == 256 and 512 < memory[256]["row_tokens"] < 2048

@@ -51,6 +51,7 @@ from toolformer.preflight.work import (
     count_documents,
     estimate_work,
     machine_load,
+    peak_memory,
     time_forward,
     time_generate,
 )
@@ -254,6 +255,9 @@ def assemble(cfg: PipelineConfig, scan: Scan, settings: dict, views: dict, probe
     timing["seconds_per_call"] = sum(seconds) / len(seconds) if seconds else 0.0
     work = estimate_work(cfg, all_stats, documents if documents is not None else scan.documents, timing)
     work["documents_how"] = how if documents is not None else f"{how}; counted here: the {scan.documents:,} read"
+    longest = max((t["prompt_tokens"] for t in stats.values()), default=0)  # the row the settings allow at most
+    row = 1 + scan.max_tokens if scan.prompt == "none" else longest + 2 * scan.max_tokens
+    work["memory"] = peak_memory(lm.model, min(model_window(lm.model, cfg.model), row), scan.max_tokens)
     for tool, entry in entries.items():
         entry["projected"] = projected(work["tools"][tool], documents, scan.documents)
         entry["verdict"], entry["reason"], entry["fix"] = verdict(cfg, scan, tool, settings[tool], entry, documents)

@@ -222,3 +222,16 @@ def estimate_work(cfg: PipelineConfig, stats: dict, documents: int, timing: dict
                          "dataset_tokens": round(sum(kept) * window_tokens * (1 + cfg.build.plain_ratio))},
             "hours": {k: float(f"{v:.4g}") for k, v in hours.items()}}
 
+
+
+def peak_memory(model, row_tokens: int, window_tokens: int) -> dict:
+    """Bytes the model's weights take and the logits of one row of ``row_tokens`` tokens: row x vocabulary x 4
+    bytes (float32; the sampler scores every position of its row, so a long window with a 150k vocabulary
+    needs tens of GiB). ``corpus.window_tokens`` bounds the row (``window_tokens``: its value, or the length the
+    model window left when it is 0)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
+        else model.get_input_embeddings().weight.shape[0]
+    logits = row_tokens * vocab * 4
+    return {"model_bytes": weights, "row_tokens": row_tokens, "vocabulary": vocab, "logits_bytes": logits,
+            "peak_bytes": weights + logits, "bound_by": "corpus.window_tokens", "window_tokens": window_tokens}
