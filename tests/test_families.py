@@ -153,3 +153,28 @@ def test_generation_batched_is_generation_one_by_one(family):
     for p, g in zip(prompts, batched):
         alone, = generate_with_tools(model, tok, [p], None, style, disabled=True, max_new_tokens=6, window=2048)
         assert g.text == alone.text, p
+
+
+@pytest.mark.parametrize("name", ["llama3", "gpt"])
+def test_call_rows_are_the_mean_on_untied_models(name):
+    """Llama-3 (128,256 rows, exact) and GPT-NeoX on cl100k (ids up to 100,276 for 100,261 tokens: the call
+    tokens get 100,277 and up): the matrices grow to the last call token and both input and output rows are the
+    mean of the rows before the first call token."""
+    pytest.importorskip("quicktok")
+    import copy
+
+    from families import cached_tokenizer, tiny_model
+
+    from toolformer.tools.calls import add_call_tokens
+
+    fam = FAMILIES[name]
+    tok = copy.deepcopy(cached_tokenizer(name))
+    model = tiny_model(fam, tok)
+    assert add_call_tokens(tok, model, get_style("special")) == 3
+    ids = [tok.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")]
+    assert ids == [fam.vocab_rows, fam.vocab_rows + 1, fam.vocab_rows + 2]
+    for w in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
+        assert w.shape[0] == fam.vocab_rows + 3
+        for i in ids:
+            assert torch.allclose(w[i], w[: fam.vocab_rows].mean(0), atol=1e-6)
+    assert f"mean of the {fam.vocab_rows:,} tokenizer rows" in tok.call_rows_note
