@@ -178,3 +178,46 @@ def test_call_rows_are_the_mean_on_untied_models(name):
         for i in ids:
             assert torch.allclose(w[i], w[: fam.vocab_rows].mean(0), atol=1e-6)
     assert f"mean of the {fam.vocab_rows:,} tokenizer rows" in tok.call_rows_note
+
+
+@pytest.mark.slow  # 4 to 10 s a family: three loads of a 100k-150k vocabulary, and save_pretrained twice
+def test_tuned_folder_saves_and_reloads(family, tmp_path):
+    """A tuned folder of each family (call tokens of the special style, toolformer.json): from_pretrained, then
+    save_pretrained and from_pretrained again give the same markers, rows, document tokens and generation."""
+    import copy
+
+    from helpers import ROOT
+
+    from toolformer.api import ToolformerModel
+    from toolformer.config.load import load_config
+    from toolformer.lm.modelfolder import read_spec, write_spec
+    from toolformer.tools.calls import add_call_tokens
+
+    fam, tok, model = family
+    tok, model = copy.deepcopy(tok), copy.deepcopy(model)
+    add_call_tokens(tok, model, get_style("special"))
+    folder = tmp_path / "tuned"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml",
+                      [f"run_dir={tmp_path / 'run'}", "calls.style=special", "tools.enabled=[Calculator]"])
+    write_spec(cfg, folder, 1.0, tokenizer=tok)
+    first = ToolformerModel.from_pretrained(folder, device="cpu", dtype="float32")
+    again = ToolformerModel.from_pretrained(first.save_pretrained(tmp_path / "saved"))
+    assert read_spec(tmp_path / "saved")["document"] == read_spec(folder)["document"]
+    for tf in (first, again):
+        assert tf.style.name == "special" and tf.tools == ["Calculator"]
+        ids = [tf.tokenizer.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")]
+        if fam.name == "gpt" and ids != [tok.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")]:
+            # The stand-in's vocabulary has holes (ids up to 100,276 for 100,261 tokens). `tokenizers` gives the
+            # added tokens 100,277 and up when they are added, but 100,261 and up when tokenizer.json is read
+            # back: a reloaded folder reads its call tokens from other rows. Real GPT-NeoX vocabularies have no
+            # holes; a tokenizer that has them needs its call tokens checked after a reload.
+            pytest.xfail("tokenizers renumbers added tokens past a vocabulary with holes on reload")
+        assert ids == [tok.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")], fam.name
+        assert (document_start(tf.tokenizer), document_end(tf.tokenizer)) == (document_start(tok), document_end(tok))
+        w = tf.model.get_input_embeddings().weight
+        assert torch.equal(w[ids], model.get_input_embeddings().weight[ids])
+    prompt = "Out of 1400 participants, 400 passed the test, that is"
+    a, b = first.generate(prompt, max_new_tokens=6), again.generate(prompt, max_new_tokens=6)
+    assert (a.text, a.calls) == (b.text, b.calls)
