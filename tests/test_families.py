@@ -1,6 +1,7 @@
 """Real tokenizers (Llama-3, Qwen, cl100k) and tiny models of their architectures (tests/families.py): the
 filter's losses against the reference at positions 0, 1 and last, batched and alone; the document start and end
-of every family; the call markers in both styles; packed rows."""
+of every family; the call markers in both styles; packed rows; the call tokens' rows; a tuned folder saved and
+reloaded; the trl-sft export through each tokenizer."""
 
 import pytest
 import torch
@@ -221,3 +222,35 @@ def test_tuned_folder_saves_and_reloads(family, tmp_path):
     prompt = "Out of 1400 participants, 400 passed the test, that is"
     a, b = first.generate(prompt, max_new_tokens=6), again.generate(prompt, max_new_tokens=6)
     assert (a.text, a.calls) == (b.text, b.calls)
+
+
+def test_trl_sft_export_renders_through_each_family(family, tmp_path):
+    """The trl-sft export of a built run, rendered by each family's tokenizer with a chat template that writes
+    every field: the text encodes and decodes back exactly, and the calls are tool messages, not markers."""
+    import json
+    import re
+
+    from helpers import filter_record, read_jsonl, write_filter_run
+
+    from toolformer.inspect.trl import export_trl
+    from toolformer.stages.build import run_stage as build
+
+    fam, tok, _ = family
+    docs = [{"doc_id": "a", "text": "She paid 18 + 12 * 3 = 54 dollars.", "date": "2021-03-04"},
+            {"doc_id": "b", "text": "Nothing to compute, 東京 2024.", "date": None}]
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"))
+    cfg.build.drop_without_calls = False
+    write_filter_run(cfg.run_dir, docs, [
+        filter_record("a", "Calendar", "", "Today is Thursday, March 4, 2021.", 0, 2.0, 0.5),
+        filter_record("a", "Calculator", "18 + 12 * 3", "54", 23, 2.0, 0.5)])
+    build(cfg)
+    assert export_trl(cfg, "trl-sft", tmp_path / "sft")["calls"] == 2
+    template = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}"
+                "<call>{{ c.function | tojson }}</call>{% endfor %}<|end|>{% endfor %}")
+    for row in read_jsonl(tmp_path / "sft/data.jsonl"):
+        text = tok.apply_chat_template(row["messages"], tokenize=False, chat_template=template)
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) == text, fam.name
+        assert "[Calc" not in text and "→" not in text
+        calls = [json.loads(c) for c in re.findall(r"<call>(.*?)</call>", text)]
+        assert [c["name"] for c in calls] == [t["function"]["name"] for m in row["messages"]
+                                              for t in m.get("tool_calls") or []]
