@@ -1,6 +1,7 @@
 """Real tokenizers (Llama-3, Qwen, cl100k) and tiny models of their architectures (tests/families.py): the
 filter's losses against the reference at positions 0, 1 and last, batched and alone; the document start and end
-of every family; the call markers in both styles; packed rows."""
+of every family; the call markers in both styles; packed rows; the call tokens' rows; a tuned folder saved and
+reloaded; the trl-sft export through each tokenizer."""
 
 import pytest
 import torch
@@ -153,3 +154,103 @@ def test_generation_batched_is_generation_one_by_one(family):
     for p, g in zip(prompts, batched):
         alone, = generate_with_tools(model, tok, [p], None, style, disabled=True, max_new_tokens=6, window=2048)
         assert g.text == alone.text, p
+
+
+@pytest.mark.parametrize("name", ["llama3", "gpt"])
+def test_call_rows_are_the_mean_on_untied_models(name):
+    """Llama-3 (128,256 rows, exact) and GPT-NeoX on cl100k (ids up to 100,276 for 100,261 tokens: the call
+    tokens get 100,277 and up): the matrices grow to the last call token and both input and output rows are the
+    mean of the rows before the first call token."""
+    pytest.importorskip("quicktok")
+    import copy
+
+    from families import cached_tokenizer, tiny_model
+
+    from toolformer.tools.calls import add_call_tokens
+
+    fam = FAMILIES[name]
+    tok = copy.deepcopy(cached_tokenizer(name))
+    model = tiny_model(fam, tok)
+    assert add_call_tokens(tok, model, get_style("special")) == 3
+    ids = [tok.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")]
+    assert ids == [fam.vocab_rows, fam.vocab_rows + 1, fam.vocab_rows + 2]
+    for w in (model.get_input_embeddings().weight, model.get_output_embeddings().weight):
+        assert w.shape[0] == fam.vocab_rows + 3
+        for i in ids:
+            assert torch.allclose(w[i], w[: fam.vocab_rows].mean(0), atol=1e-6)
+    assert f"mean of the {fam.vocab_rows:,} tokenizer rows" in tok.call_rows_note
+
+
+@pytest.mark.slow  # 4 to 10 s a family: three loads of a 100k-150k vocabulary, and save_pretrained twice
+def test_tuned_folder_saves_and_reloads(family, tmp_path):
+    """A tuned folder of each family (call tokens of the special style, toolformer.json): from_pretrained, then
+    save_pretrained and from_pretrained again give the same markers, rows, document tokens and generation."""
+    import copy
+
+    from helpers import ROOT
+
+    from toolformer.api import ToolformerModel
+    from toolformer.config.load import load_config
+    from toolformer.lm.modelfolder import read_spec, write_spec
+    from toolformer.tools.calls import add_call_tokens
+
+    fam, tok, model = family
+    tok, model = copy.deepcopy(tok), copy.deepcopy(model)
+    add_call_tokens(tok, model, get_style("special"))
+    folder = tmp_path / "tuned"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml",
+                      [f"run_dir={tmp_path / 'run'}", "calls.style=special", "tools.enabled=[Calculator]"])
+    write_spec(cfg, folder, 1.0, tokenizer=tok)
+    first = ToolformerModel.from_pretrained(folder, device="cpu", dtype="float32")
+    again = ToolformerModel.from_pretrained(first.save_pretrained(tmp_path / "saved"))
+    assert read_spec(tmp_path / "saved")["document"] == read_spec(folder)["document"]
+    for tf in (first, again):
+        assert tf.style.name == "special" and tf.tools == ["Calculator"]
+        ids = [tf.tokenizer.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")]
+        if fam.name == "gpt" and ids != [tok.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")]:
+            # The stand-in's vocabulary has holes (ids up to 100,276 for 100,261 tokens). `tokenizers` gives the
+            # added tokens 100,277 and up when they are added, but 100,261 and up when tokenizer.json is read
+            # back: a reloaded folder reads its call tokens from other rows. Real GPT-NeoX vocabularies have no
+            # holes; a tokenizer that has them needs its call tokens checked after a reload.
+            pytest.xfail("tokenizers renumbers added tokens past a vocabulary with holes on reload")
+        assert ids == [tok.convert_tokens_to_ids(m) for m in ("<API>", "</API>", "→")], fam.name
+        assert (document_start(tf.tokenizer), document_end(tf.tokenizer)) == (document_start(tok), document_end(tok))
+        w = tf.model.get_input_embeddings().weight
+        assert torch.equal(w[ids], model.get_input_embeddings().weight[ids])
+    prompt = "Out of 1400 participants, 400 passed the test, that is"
+    a, b = first.generate(prompt, max_new_tokens=6), again.generate(prompt, max_new_tokens=6)
+    assert (a.text, a.calls) == (b.text, b.calls)
+
+
+def test_trl_sft_export_renders_through_each_family(family, tmp_path):
+    """The trl-sft export of a built run, rendered by each family's tokenizer with a chat template that writes
+    every field: the text encodes and decodes back exactly, and the calls are tool messages, not markers."""
+    import json
+    import re
+
+    from helpers import filter_record, read_jsonl, write_filter_run
+
+    from toolformer.inspect.trl import export_trl
+    from toolformer.stages.build import run_stage as build
+
+    fam, tok, _ = family
+    docs = [{"doc_id": "a", "text": "She paid 18 + 12 * 3 = 54 dollars.", "date": "2021-03-04"},
+            {"doc_id": "b", "text": "Nothing to compute, 東京 2024.", "date": None}]
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"))
+    cfg.build.drop_without_calls = False
+    write_filter_run(cfg.run_dir, docs, [
+        filter_record("a", "Calendar", "", "Today is Thursday, March 4, 2021.", 0, 2.0, 0.5),
+        filter_record("a", "Calculator", "18 + 12 * 3", "54", 23, 2.0, 0.5)])
+    build(cfg)
+    assert export_trl(cfg, "trl-sft", tmp_path / "sft")["calls"] == 2
+    template = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}"
+                "<call>{{ c.function | tojson }}</call>{% endfor %}<|end|>{% endfor %}")
+    for row in read_jsonl(tmp_path / "sft/data.jsonl"):
+        text = tok.apply_chat_template(row["messages"], tokenize=False, chat_template=template)
+        assert tok.decode(tok.encode(text, add_special_tokens=False)) == text, fam.name
+        assert "[Calc" not in text and "→" not in text
+        calls = [json.loads(c) for c in re.findall(r"<call>(.*?)</call>", text)]
+        assert [c["name"] for c in calls] == [t["function"]["name"] for m in row["messages"]
+                                              for t in m.get("tool_calls") or []]

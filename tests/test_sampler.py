@@ -68,7 +68,7 @@ def test_without_a_prompt_scores_come_from_the_text_alone(model_tok):
     want = probs[:-1, marker_token_ids(tok, "[")].sum(-1).tolist()  # p(call-start | BOS, x_1..x_{i-1})
     assert scores[0] == pytest.approx(want, abs=1e-5)
     assert len(scores[1]) == len(docs[1][1].ids)
-    with pytest.raises(ValueError, match="no BOS token"):
+    with pytest.raises(ValueError, match="neither BOS nor EOS"):
         Sampler(model, tok, PLAIN, None, [])
 
 

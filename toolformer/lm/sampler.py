@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from toolformer.lm.modeling import cache_kwarg, output_cache
-from toolformer.lm.textpos import TokenizedText, marker_token_ids
+from toolformer.lm.textpos import TokenizedText, marker_token_ids, vocab_ids
 from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle, parse_calls
 
@@ -118,10 +118,10 @@ class Sampler:
         # without a prompt each row is [BOS] + x: p_1 needs the logits at BOS, so BOS is not cached apart
         self.prefix = PrefixCache(model, self.parts.preamble_ids) if reuse_cache and not self.free else None
         self.start_ids = marker_token_ids(tokenizer, style.start)
-        self.end_ids = set(i for i in range(len(tokenizer)) if style.end in tokenizer.decode([i]))
+        self.end_ids = set(i for i in vocab_ids(tokenizer) if style.end in tokenizer.decode([i]))
         # Without a prompt the model is one that writes e(c, r) itself: its call input ends at the arrow (the
         # result it would guess is not wanted), so the arrow stops sampling too.
-        self.stop_ids = self.end_ids | (set(i for i in range(len(tokenizer))
+        self.stop_ids = self.end_ids | (set(i for i in vocab_ids(tokenizer)
                                             if any(a in tokenizer.decode([i]) for a in style.arrows))
                                         if self.free else set())
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -29,6 +29,13 @@ def tokenize_text(tokenizer, text: str) -> TokenizedText:
     return TokenizedText(list(enc["input_ids"]), starts, [tuple(o) for o in enc["offset_mapping"]])
 
 
+def vocab_ids(tokenizer) -> list[int]:
+    """Every id the tokenizer has, added tokens included. Not ``range(len(tokenizer))``: a vocabulary with holes
+    (cl100k: 100,261 tokens, ids up to 100,276) puts its special tokens and the call tokens added after them
+    above ``len(tokenizer)``."""
+    return sorted(set(tokenizer.get_vocab().values()))
+
+
 def marker_token_ids(tokenizer, marker: str, required: bool = True) -> list[int]:
     """Every vocabulary token that is ``marker`` possibly preceded by spaces
     (with a BPE that attaches spaces, both ``[`` and `` [`` start a call).
@@ -45,8 +52,9 @@ def marker_token_ids(tokenizer, marker: str, required: bool = True) -> list[int]
         cache = {}
     key = (marker, len(tokenizer))
     if key not in cache:
-        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], clean_up_tokenization_spaces=False)
-        cache[key] = [i for i, t in enumerate(texts) if t.lstrip(" ") == marker]
+        ids = vocab_ids(tokenizer)
+        texts = tokenizer.batch_decode([[i] for i in ids], clean_up_tokenization_spaces=False)
+        cache[key] = [i for i, t in zip(ids, texts) if t.lstrip(" ") == marker]
     if not cache[key] and required:
         raise ValueError(
             f"call-start marker {marker!r} is not a single token of this tokenizer; "

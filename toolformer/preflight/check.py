@@ -46,7 +46,15 @@ from toolformer.preflight.sampler import (
     view_samplers,
 )
 from toolformer.preflight.tokens import check_tokenizer
-from toolformer.preflight.work import count_documents, estimate_work, machine_load, time_forward, time_generate
+from toolformer.preflight.work import (
+    CALL_TOKENS,
+    count_documents,
+    estimate_work,
+    machine_load,
+    peak_memory,
+    time_forward,
+    time_generate,
+)
 from toolformer.rundir.parallel import ranks
 from toolformer.stages.filter import tau_for
 from toolformer.stages.proposers import RULE_TOOLS
@@ -105,10 +113,12 @@ def run_preflight(cfg: PipelineConfig, n_docs: int = 100, n_probe: int = 128, sa
         clock.lap("read")
         views, sampler_note = sampler_views(cfg, scan, settings, tools, lm, tokens["start_ok"], sample_windows)
         clock.lap("sampler")
-        timing = device_timing(cfg, lm, scan)
+        prompt_len = max((prompt_tokens(cfg, lm.tok, tools[t]) for t in names if tools[t].prompt), default=0)
+        timing = device_timing(cfg, lm, scan, prompt_len if scan.prompt != "none" else 0)
         probe_lm = filter_model(cfg, lm, style, sampler_cfg)
         if probe_lm is not lm:
-            timing["filter_tokens_per_s"] = time_forward(probe_lm.model, model_window(probe_lm.model, cfg.model),
+            length = min(model_window(probe_lm.model, cfg.model), filter_row(cfg, scan))
+            timing["filter_tokens_per_s"] = time_forward(probe_lm.model, length,
                                                          cfg.filter.batch_tokens)["tokens_per_s"]
         clock.lap("timing")
         probes = run_probe(cfg, scan, probe_candidates(cfg, views, settings, n_probe), tools, probe_lm.model,
@@ -170,11 +180,31 @@ def filter_model(cfg: PipelineConfig, lm: Loaded, style, sampler_cfg) -> Loaded:
     return lm
 
 
-def device_timing(cfg: PipelineConfig, lm: Loaded, scan: Scan) -> dict:
-    """A timed forward of a batch of rows of the model's length and a timed generate of sampled-call length."""
+def longest_window(scan: Scan) -> int:
+    """Tokens of the longest scanned window (its real length, not the longest the window setting allows)."""
+    return max((len(t.ids) for t in scan.tokenized), default=1)
+
+
+def sampler_row(scan: Scan, prompt_len: int) -> int:
+    """Tokens of the sampler's longest row on the scanned windows: the prompt, a copy of the text and the text
+    (the text alone, after BOS, without a prompt)."""
+    text = longest_window(scan)
+    return 1 + text if scan.prompt == "none" else prompt_len + 2 * text
+
+
+def filter_row(cfg: PipelineConfig, scan: Scan) -> int:
+    """Tokens of the filter's longest row on the scanned windows: a call as the prefix, the text and the horizon."""
+    return CALL_TOKENS + longest_window(scan) + cfg.filter.horizon
+
+
+def device_timing(cfg: PipelineConfig, lm: Loaded, scan: Scan, prompt_len: int) -> dict:
+    """A timed forward and a timed generate on rows of the lengths the run will use: the sampler's longest row
+    on the scanned windows (``prompt_len``: the longest few-shot prompt's tokens, 0 without a prompt), never
+    longer than the model window. Timing rows of the window's length instead projects hours for a 128k-token
+    model whose documents are a few hundred tokens long."""
     window = model_window(lm.model, cfg.model)
-    fwd = time_forward(lm.model, window, cfg.filter.batch_tokens)
-    row = scan.max_tokens * (1 if scan.prompt == "none" else 2)
+    row = min(window, sampler_row(scan, prompt_len))
+    fwd = time_forward(lm.model, row, cfg.filter.batch_tokens)
     gen = time_generate(lm.model, window, row, cfg.sample.max_new_tokens, lm.tok.pad_token_id or 0,
                         cfg.sample.batch_tokens)
     return {"device": lm.device, "dtype": lm.dtype, "forward": fwd, "generate": gen, "machine": machine_load(),
@@ -205,7 +235,7 @@ def tool_entry(cfg: PipelineConfig, scan: Scan, tool: str, setting: ToolSettings
     stats = {"method": method, "m": m, "windows": len(view.keep), "kept_positions": kept_positions,
              "rule_candidates": len(view.rules), "usable_share": len(view.valid) / drawn if drawn else 0.0,
              "kept_share": probe["kept"] / probe["probed"] if probe and probe.get("probed") else None,
-             "prompt_tokens": prompt_len}
+             "prompt_tokens": prompt_len, "seconds_per_sample": view.seconds / drawn if drawn else None}
     return entry, stats
 
 
@@ -225,6 +255,9 @@ def assemble(cfg: PipelineConfig, scan: Scan, settings: dict, views: dict, probe
     timing["seconds_per_call"] = sum(seconds) / len(seconds) if seconds else 0.0
     work = estimate_work(cfg, all_stats, documents if documents is not None else scan.documents, timing)
     work["documents_how"] = how if documents is not None else f"{how}; counted here: the {scan.documents:,} read"
+    longest = max((t["prompt_tokens"] for t in stats.values()), default=0)  # the row the settings allow at most
+    row = 1 + scan.max_tokens if scan.prompt == "none" else longest + 2 * scan.max_tokens
+    work["memory"] = peak_memory(lm.model, min(model_window(lm.model, cfg.model), row), scan.max_tokens)
     for tool, entry in entries.items():
         entry["projected"] = projected(work["tools"][tool], documents, scan.documents)
         entry["verdict"], entry["reason"], entry["fix"] = verdict(cfg, scan, tool, settings[tool], entry, documents)

@@ -61,6 +61,7 @@ class ToolView:
     samples: Counter = field(default_factory=Counter)  # drawn, parsed, closed, valid
     valid: list[tuple[int, int, str]] = field(default_factory=list)  # distinct (window, position, input)
     rules: list[tuple[int, int, str]] = field(default_factory=list)  # rule candidates (window, position, input)
+    seconds: float = 0.0  # wall time of the sampled calls (the sampler's generation, rows forwarded in)
 
 
 def scan_corpus(cfg: PipelineConfig, tok, model, tools: dict[str, Tool], n_docs: int) -> Scan:
@@ -183,9 +184,12 @@ def sample_view(cfg: PipelineConfig, scan: Scan, tool: str, view: ToolView, samp
     for group in _sample_groups(cfg, scan, sampler, picked, m):
         docs = [(scan.windows[j]["text"], scan.tokenized[j]) for j, _ in group]
         # The sampler's own generation; sample_any would drop the samples that do not parse, which are counted here.
+        # Its wall time per sample is what the work estimate projects the stage's sampling from.
+        t0 = time.perf_counter()
         drawn = sampler.sample_rows(sampler.prompt_rows(docs), [[(i, m) for i in ps] for _, ps in group],
                                      [scan.tokenized[j].ids for j, _ in group], cfg.sample.max_new_tokens,
                                      cfg.sample.temperature, gen)
+        view.seconds += time.perf_counter() - t0
         for (j, _), samples in zip(group, drawn):
             for i, tokens in samples:
                 parsed, closed, valid, tool_input = classify(sampler, style, tool, tokens, built, validator,

@@ -23,6 +23,8 @@ def _head(report: dict) -> list[str]:
         lines.append(f"tokenizer (calls.style {t['style']}): every marker is whole in context")
     else:
         lines.append(f"tokenizer (calls.style {t['style']}): {len(t['problems'])} problem(s)")
+        if t.get("merges"):
+            lines.append("  markers merge into: " + ", ".join(repr(m) for m in t["merges"]))
         for e in t["markers"]:
             for p in e["problems"]:
                 lines.append(f"  {e['role']} {e['marker']!r}: {p}")
@@ -68,6 +70,11 @@ def _work_lines(report: dict) -> list[str]:
                  f"{t['seconds_per_step']:.3g} s/step for {t['generate_rows']} rows): sample {h['sample']:.3g}, "
                  f"execute {h['execute']:.3g} (rough), filter {h['filter']:.3g}, finetune {h['finetune']:.3g}, "
                  f"total {h['total']:.3g}")
+    m, gib = w["memory"], 2**30
+    lines.append(f"  peak memory about {m['peak_bytes'] / gib:.3g} GiB: the model {m['model_bytes'] / gib:.3g} GiB + "
+                 f"the logits of one row {m['logits_bytes'] / gib:.3g} GiB ({m['row_tokens']:,} tokens x "
+                 f"{m['vocabulary']:,} x 4 bytes); {m['bound_by']} bounds the row (windows of "
+                 f"{m['window_tokens']:,} tokens now)")
     load = t["machine"]
     if t["device"] == "cpu" and load["load_1min"] is not None and load["load_1min"] > load["cores"]:
         lines.append(f"  (timed on a busy machine: load {load['load_1min']:g} on {load['cores']} cores; the hours "

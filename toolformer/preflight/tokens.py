@@ -13,13 +13,18 @@ alone. A marker is named when
 * it is an unknown token (``unknown``); or no token of the vocabulary is the call-start marker (the sampler
   scores p(call start) on such a token), or holds the call-end marker (a sampled call stops at one) or, when
   the sampler runs without a prompt, the result marker (it stops there too).
+
+``merges`` lists every text a marker merges into (the plain style on a cl100k-like BPE: ``()``, ``?)``, ``.]``
+after a Calendar result, ``)]``). In a special style the name and the parentheses sit between two added tokens
+kept whole, so their merges are not reported and the fix never names the special style.
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 
-from toolformer.lm.textpos import marker_token_ids, tokenize_text
+from toolformer.lm.textpos import marker_token_ids, tokenize_text, vocab_ids
 from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle
 
@@ -28,7 +33,9 @@ CONTEXTS: dict[str, tuple[str, str | None, str]] = {
     "word start": ("The figure is ", "0.29", " 0.29 in all."),
     "after a number": ("It came to 1400", None, " in all."),
     "before a newline": ("", "", "\nIt came to 1400."),
+    "after a sentence": ("The fair opens ", "Today is Monday, May 1, 2024.", " on a Friday."),  # Calendar's results
 }
+INNER = ("name", "open", "close")  # the markers inside a call: between added tokens in a special style
 FIX_STYLE = "calls.style: special (<API>, </API> and → as added tokens)"
 
 
@@ -101,7 +108,7 @@ def check_occurrence(tok, text: str, occ: Occurrence, tokens) -> tuple[list[str]
     first, last = spans[cover[0]], spans[cover[-1]]
     lead = text[first[0] : occ.start]
     if lead.strip() or last[1] > occ.end:
-        problems.append(f"merges with its neighbours (its tokens cover {text[first[0] : last[1]].strip()!r})")
+        problems.append(f"merges with its neighbours (its tokens cover {text[first[0] : last[1]].lstrip(' ')!r})")
     elif ids not in _alone_forms(tok, text, occ):
         problems.append(f"differs from its tokens alone ({_decoded(tok, ids)} in context, "
                         f"{_decoded(tok, alone(tok, occ.marker))} alone)")
@@ -116,7 +123,7 @@ def single_token_problem(tok, role: str, marker: str) -> str | None:
         if not marker_token_ids(tok, marker, required=False):
             return "no single token is the call-start marker (the sampler scores p(call start) on one)"
         return None
-    texts = tok.batch_decode([[i] for i in range(len(tok))], clean_up_tokenization_spaces=False)
+    texts = tok.batch_decode([[i] for i in vocab_ids(tok)], clean_up_tokenization_spaces=False)
     if not any(marker in t for t in texts):
         return f"no token holds the {role} marker (a sampled call stops at one)"
     return None
@@ -129,8 +136,26 @@ def marker_fix(style: CallStyle, role: str) -> str:
     """What to change for a problem with a marker of ``role``."""
     if role in CALL_MARKERS:
         return FIX_STYLE if not style.special_tokens else "another marker: an added token kept whole (calls.style)"
+    if style.special_tokens:
+        return "usually harmless (the model learns the call's tokens as they are)"
     return ("usually harmless (the model learns the call's tokens as they are); " + FIX_STYLE
             + " keeps the markers around it whole")
+
+
+def merged_text(problem: str) -> str | None:
+    """The text a ``merges with its neighbours`` problem names, or None for another problem."""
+    head = "merges with its neighbours (its tokens cover "
+    return ast.literal_eval(problem[len(head) : -1]) if problem.startswith(head) else None
+
+
+def merges_found(markers: list[dict]) -> list[str]:
+    """Every text a marker merges into, once each (``()``, ``?)``, ``.]``), in the order found."""
+    found: list[str] = []
+    for entry in markers:
+        for covered in entry.get("merges", []):
+            if covered not in found:
+                found.append(covered)
+    return found
 
 
 def check_tokenizer(tok, style: CallStyle, tools: dict[str, str], free: bool = False) -> dict:
@@ -146,10 +171,15 @@ def check_tokenizer(tok, style: CallStyle, tools: dict[str, str], free: bool = F
             for occ in found:
                 entry = markers.setdefault(occ.marker, {
                     "marker": occ.marker, "role": occ.role, "alone": _decoded(tok, alone(tok, occ.marker)),
-                    "contexts": {}, "problems": [], "fix": ""})
+                    "contexts": {}, "problems": [], "merges": [], "fix": ""})
                 problems, covering = check_occurrence(tok, text, occ, tokens)
                 entry["contexts"].setdefault(context, covering)
+                if style.special_tokens and occ.role in INNER:  # between two added tokens kept whole: harmless
+                    problems = [p for p in problems if not p.startswith(("merges", "differs"))]
                 for p in problems:
+                    merged = merged_text(p)
+                    if merged is not None and merged not in entry["merges"]:
+                        entry["merges"].append(merged)
                     line = f"{p} {context}" if p.startswith(("merges", "differs")) else p
                     if line not in entry["problems"]:
                         entry["problems"].append(line)
@@ -161,6 +191,6 @@ def check_tokenizer(tok, style: CallStyle, tools: dict[str, str], free: bool = F
         if entry["problems"]:
             entry["fix"] = marker_fix(style, entry["role"])
     start = markers[style.start]
-    return {"style": style.name, "markers": list(markers.values()),
+    return {"style": style.name, "markers": list(markers.values()), "merges": merges_found(list(markers.values())),
             "problems": [f"{e['role']} {e['marker']!r}: {p}" for e in markers.values() for p in e["problems"]],
             "start_ok": not start["problems"], "ok": not any(e["problems"] for e in markers.values())}

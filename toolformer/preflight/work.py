@@ -108,13 +108,14 @@ def machine_load() -> dict:
 
 
 @torch.no_grad()
-def time_forward(model, window: int, budget: int) -> dict:
-    """Tokens per second of one forward over a batch of rows of the model's length (``budget`` tokens at most,
-    the vocabulary projection on the last position only where the model allows it)."""
+def time_forward(model, length: int, budget: int) -> dict:
+    """Tokens per second of one forward over a batch of rows of ``length`` tokens (the run's longest row, capped
+    by the model window; ``budget`` tokens at most, the vocabulary projection on the last position only where
+    the model allows it)."""
     import inspect
 
     device = next(model.parameters()).device
-    length = max(8, min(window, 2048))
+    length = max(8, length)
     rows = max(1, min(budget, TIMING_TOKENS.get(device.type, 4096)) // length)
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(0, vocab, (rows, length), device=device)
@@ -126,8 +127,9 @@ def time_forward(model, window: int, budget: int) -> dict:
 @torch.no_grad()
 def time_generate(model, window: int, prefix: int, steps: int, pad_id: int, budget: int) -> dict:
     """Seconds per decoding step of ``model.generate`` for the rows of ``prefix`` + ``steps`` tokens that fit the
-    token ``budget`` (as the sampler batches its samples; at most :data:`GENERATE_ROWS` of the device): one generate
-    of :data:`GENERATE_STEPS` tokens after a warm-up, the prefix's forward counted in (an upper bound)."""
+    token ``budget`` (as the sampler batches its samples; at most :data:`GENERATE_ROWS` of the device): after a
+    warm-up, a generate of one token and one of :data:`GENERATE_STEPS` tokens; a step is their difference over
+    the steps between them (the prefix's forward is in both)."""
     device = next(model.parameters()).device
     steps = max(1, min(steps, GENERATE_STEPS, window // 2))
     prefix = max(1, min(prefix, window - steps))
@@ -145,8 +147,13 @@ def time_generate(model, window: int, prefix: int, steps: int, pad_id: int, budg
         return time.perf_counter() - t0
 
     generate(1)  # warm-up
+    prefill = generate(1)  # the prefix's forward and one step
     seconds = generate(steps)
-    return {"rows": rows, "prefix": prefix, "steps": steps, "seconds": seconds, "seconds_per_step": seconds / steps}
+    # The sampler forwards each row once (counted in the sample stage's forward tokens) and then decodes from its
+    # cache: a step is the difference of the two generates, not the prefix's forward spread over the steps.
+    per_step = max(seconds - prefill, 0.0) / (steps - 1) if steps > 1 else seconds
+    return {"rows": rows, "prefix": prefix, "steps": steps, "seconds": seconds, "prefill_seconds": prefill,
+            "seconds_per_step": max(per_step, seconds / steps / 100)}
 
 
 def _tool_work(cfg: PipelineConfig, t: dict, scale: float) -> dict:
@@ -166,6 +173,14 @@ def _tool_work(cfg: PipelineConfig, t: dict, scale: float) -> dict:
             "kept": None if kept is None else round(kept)}
 
 
+def _decode_seconds(cfg: PipelineConfig, sampled: float, t: dict, timing: dict) -> float:
+    """Seconds to sample ``sampled`` calls of one tool: at the wall time per call of the calls preflight sampled
+    with the stage's own sampler where it sampled some, else from the timed generate's seconds per step."""
+    if t.get("seconds_per_sample"):
+        return sampled * t["seconds_per_sample"]
+    return sampled * cfg.sample.max_new_tokens * timing["seconds_per_step"] / max(1, timing["generate_rows"])
+
+
 def _hours(tokens: float, tokens_per_s: float) -> float:
     return tokens / max(tokens_per_s, 1e-9) / 3600
 
@@ -173,8 +188,8 @@ def _hours(tokens: float, tokens_per_s: float) -> float:
 def estimate_work(cfg: PipelineConfig, stats: dict, documents: int, timing: dict) -> dict:
     """The work of the whole corpus of ``documents`` documents from ``stats`` (the scanned documents: their count,
     windows, tokens and per tool its method, m, windows, kept positions, rule candidates, usable share of sampled
-    calls, kept share of the probe, prompt tokens) and ``timing`` (forward tokens per second, seconds per decoding
-    step of ``generate_rows`` rows, seconds per executed call)."""
+    calls, kept share of the probe, prompt tokens, seconds per sampled call or None) and ``timing`` (forward
+    tokens per second, seconds per decoding step of ``generate_rows`` rows, seconds per executed call)."""
     scale = documents / max(1, stats["documents"])
     window_tokens = stats["tokens"] / max(1, stats["windows"])
     tools = {name: _tool_work(cfg, t, scale) for name, t in stats["tools"].items()}
@@ -184,7 +199,7 @@ def estimate_work(cfg: PipelineConfig, stats: dict, documents: int, timing: dict
             rows = tools[name]["windows"]  # for the windows whose positions are sampled
             sample_tokens += rows * (t["prompt_tokens"] + 2 * window_tokens) * (1 if stats["free"] else 2)
     sampled = sum(w["sampled_calls"] for w in tools.values())
-    decode_s = sampled * cfg.sample.max_new_tokens * timing["seconds_per_step"] / max(1, timing["generate_rows"])
+    decode_s = sum(_decode_seconds(cfg, tools[name]["sampled_calls"], t, timing) for name, t in stats["tools"].items())
     candidates = sum(w["usable_candidates"] for w in tools.values())
     share_windows = min(stats["windows"] * scale, candidates)
     filter_rows = 2 * candidates + (share_windows if cfg.filter.share else candidates)  # L(ε) shared per window
@@ -207,3 +222,16 @@ def estimate_work(cfg: PipelineConfig, stats: dict, documents: int, timing: dict
                          "dataset_tokens": round(sum(kept) * window_tokens * (1 + cfg.build.plain_ratio))},
             "hours": {k: float(f"{v:.4g}") for k, v in hours.items()}}
 
+
+
+def peak_memory(model, row_tokens: int, window_tokens: int) -> dict:
+    """Bytes the model's weights take and the logits of one row of ``row_tokens`` tokens: row x vocabulary x 4
+    bytes (float32; the sampler scores every position of its row, so a long window with a 150k vocabulary
+    needs tens of GiB). ``corpus.window_tokens`` bounds the row (``window_tokens``: its value, or the length the
+    model window left when it is 0)."""
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    vocab = model.get_output_embeddings().weight.shape[0] if model.get_output_embeddings() is not None \
+        else model.get_input_embeddings().weight.shape[0]
+    logits = row_tokens * vocab * 4
+    return {"model_bytes": weights, "row_tokens": row_tokens, "vocabulary": vocab, "logits_bytes": logits,
+            "peak_bytes": weights + logits, "bound_by": "corpus.window_tokens", "window_tokens": window_tokens}

@@ -226,7 +226,7 @@ def add_call_tokens(tokenizer, model=None, style: CallStyle | None = None) -> in
     style = style or STYLES["special"]
     if not style.special_tokens:
         return 0
-    before = len(tokenizer)
+    before = max(tokenizer.get_vocab().values(), default=-1) + 1  # not len(): cl100k has ids past its length
     markers = [style.start, style.end, style.arrow]
     tokenizer.add_tokens([AddedToken(m, special=False, normalized=False) for m in markers])
     new = [(m, tokenizer.convert_tokens_to_ids(m)) for m in markers]
@@ -251,8 +251,9 @@ def init_call_rows(model, tokenizer) -> str:
         return ""
     before, new = pending
     rows = model.get_input_embeddings().weight.shape[0]
-    if rows < len(tokenizer):
-        model.resize_token_embeddings(len(tokenizer))
+    needed = max(len(tokenizer), 1 + max(i for _m, i in new))  # a vocabulary with holes has ids past its length
+    if rows < needed:
+        model.resize_token_embeddings(needed)
     matrices = {id(m.weight): m.weight for m in (model.get_input_embeddings(), model.get_output_embeddings())
                 if m is not None}
     ids = torch.tensor([i for _m, i in new])
@@ -260,7 +261,7 @@ def init_call_rows(model, tokenizer) -> str:
         for w in matrices.values():
             w[ids] = w[:before].mean(0).to(w.dtype)
     tokenizer.call_rows = None
-    how = (f"embedding resized {rows:,} -> {len(tokenizer):,} rows" if rows < len(tokenizer)
+    how = (f"embedding resized {rows:,} -> {needed:,} rows" if rows < needed
            else f"the checkpoint's padding rows reused ({rows:,} rows, tokenizer {len(tokenizer):,})")
     line = (f"call tokens {' '.join(f'{m}={i}' for m, i in new)} initialised to the mean of the {before:,} "
             f"tokenizer rows ({'tied' if len(matrices) == 1 else 'input and output'} embeddings; {how})")
