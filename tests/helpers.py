@@ -99,3 +99,20 @@ def read_corpus_all(cfg) -> tuple[list[dict], list[dict]]:
 
     rejected: list[dict] = []
     return list(iter_corpus(cfg, rejected)), rejected
+
+
+def built_run_with_two_calls(run_dir: str | Path, other_text: str = "Nothing to compute."):
+    """A built run of two documents: one with a Calendar call at its start and a Calculator call, one with
+    ``other_text`` and no call (kept in the data set). Returns its config."""
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.stages.build import run_stage as build
+
+    docs = [{"doc_id": "a", "text": "She paid 18 + 12 * 3 = 54 dollars.", "date": "2021-03-04"},
+            {"doc_id": "b", "text": other_text, "date": None}]
+    cfg = PipelineConfig(run_dir=str(run_dir))
+    cfg.build.drop_without_calls = False
+    write_filter_run(cfg.run_dir, docs, [
+        filter_record("a", "Calendar", "", "Today is Thursday, March 4, 2021.", 0, 2.0, 0.5),
+        filter_record("a", "Calculator", "18 + 12 * 3", "54", 23, 2.0, 0.5)])
+    build(cfg)
+    return cfg

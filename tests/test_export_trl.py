@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, filter_record, read_jsonl, shard_records, write_filter_run
+from helpers import ROOT, built_run_with_two_calls, filter_record, read_jsonl, shard_records
 from jsonschema import Draft202012Validator
 
 from toolformer.cli.app import main
@@ -20,7 +20,6 @@ from toolformer.corpus.records import margin
 from toolformer.inspect.chatformats import USER_TURN, add_text, inline_text, tool_name
 from toolformer.inspect.trl import FORMATS, NO_CALL, REJECTED_CALL, export_trl
 from toolformer.rundir.folder import StageFolder, read_documents, write_documents
-from toolformer.stages.build import run_stage as build
 from toolformer.tools import build_tool
 from toolformer.tools.calls import get_style, insert_calls
 
@@ -119,14 +118,7 @@ def test_sft_conversations_are_the_built_rows(run_dir, capsys):
 
 def test_sft_one_conversation_exactly(tmp_path):
     """A call first (no text before it), two calls, and a document without calls."""
-    docs = [{"doc_id": "a", "text": "She paid 18 + 12 * 3 = 54 dollars.", "date": "2021-03-04"},
-            {"doc_id": "b", "text": "Nothing to compute.", "date": None}]
-    cfg = PipelineConfig(run_dir=str(tmp_path / "run"))
-    cfg.build.drop_without_calls = False
-    write_filter_run(cfg.run_dir, docs, [
-        filter_record("a", "Calendar", "", "Today is Thursday, March 4, 2021.", 0, 2.0, 0.5),
-        filter_record("a", "Calculator", "18 + 12 * 3", "54", 23, 2.0, 0.5)])
-    build(cfg)
+    cfg = built_run_with_two_calls(tmp_path / "run")
     counts = export_trl(cfg, "trl-sft", tmp_path / "sft")
     assert (counts["conversations"], counts["with_calls"], counts["calls"]) == (2, 1, 2)
     rows = read_jsonl(tmp_path / "sft/data.jsonl")

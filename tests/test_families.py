@@ -230,20 +230,12 @@ def test_trl_sft_export_renders_through_each_family(family, tmp_path):
     import json
     import re
 
-    from helpers import filter_record, read_jsonl, write_filter_run
+    from helpers import built_run_with_two_calls, read_jsonl
 
     from toolformer.inspect.trl import export_trl
-    from toolformer.stages.build import run_stage as build
 
     fam, tok, _ = family
-    docs = [{"doc_id": "a", "text": "She paid 18 + 12 * 3 = 54 dollars.", "date": "2021-03-04"},
-            {"doc_id": "b", "text": "Nothing to compute, 東京 2024.", "date": None}]
-    cfg = PipelineConfig(run_dir=str(tmp_path / "run"))
-    cfg.build.drop_without_calls = False
-    write_filter_run(cfg.run_dir, docs, [
-        filter_record("a", "Calendar", "", "Today is Thursday, March 4, 2021.", 0, 2.0, 0.5),
-        filter_record("a", "Calculator", "18 + 12 * 3", "54", 23, 2.0, 0.5)])
-    build(cfg)
+    cfg = built_run_with_two_calls(tmp_path / "run", "Nothing to compute, 東京 2024.")
     assert export_trl(cfg, "trl-sft", tmp_path / "sft")["calls"] == 2
     template = ("{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% for c in m.tool_calls or [] %}"
                 "<call>{{ c.function | tojson }}</call>{% endfor %}<|end|>{% endfor %}")
