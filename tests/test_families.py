@@ -1,7 +1,7 @@
 """Real tokenizers (Llama-3, Qwen, cl100k) and tiny models of their architectures (tests/families.py): the
 filter's losses against the reference at positions 0, 1 and last, batched and alone; the document start and end
 of every family; the call markers in both styles; packed rows; the call tokens' rows; a tuned folder saved and
-reloaded; the trl-sft export through each tokenizer."""
+reloaded; the trl-sft export and the lm-eval model on each family."""
 
 import pytest
 import torch
@@ -246,3 +246,35 @@ def test_trl_sft_export_renders_through_each_family(family, tmp_path):
         calls = [json.loads(c) for c in re.findall(r"<call>(.*?)</call>", text)]
         assert [c["name"] for c in calls] == [t["function"]["name"] for m in row["messages"]
                                               for t in m.get("tool_calls") or []]
+
+
+@pytest.mark.slow
+def test_lm_eval_model_on_each_family(family, tmp_path):
+    """The lm-evaluation-harness model on a folder of each family: the document start before every request, log-
+    likelihoods scored together equal each scored alone, and generate_until answers every request."""
+    from helpers import ROOT
+    from lm_eval.api.instance import Instance
+
+    from toolformer.config.load import load_config
+    from toolformer.integrations.lmeval_model import ToolformerLM
+    from toolformer.lm.modelfolder import write_spec
+
+    fam, tok, model = family
+    folder = tmp_path / "tuned"
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    write_spec(load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", [f"run_dir={tmp_path / 'run'}"]), folder,
+               1.0, tokenizer=tok)
+    lm = ToolformerLM(pretrained=str(folder), tools="off", device="cpu", batch_size=4)
+    assert lm._prefix() == document_start(tok), fam.name
+
+    def request(kind: str, args: tuple, idx: int = 0) -> Instance:
+        return Instance(request_type=kind, doc={}, arguments=args, idx=idx, metadata=("t", idx, 1))
+
+    pairs = [("", DOCS["a"]), ("Out of 1400", " participants"), (DOCS["b"][:30], DOCS["b"][30:])]
+    together = lm.loglikelihood([request("loglikelihood", p) for p in pairs], disable_tqdm=True)
+    alone = [lm.loglikelihood([request("loglikelihood", p)], disable_tqdm=True)[0] for p in pairs]
+    assert [x[0] for x in together] == pytest.approx([x[0] for x in alone], abs=1e-4), fam.name
+    out = lm.generate_until([request("generate_until", (DOCS["c"][:4], {"max_gen_toks": 4}), i) for i in range(2)],
+                            disable_tqdm=True)
+    assert len(out) == 2 and all(isinstance(o, str) for o in out)
