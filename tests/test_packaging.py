@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from toolformer.cli.app import main
-from toolformer.cli.common import PACKAGED_CONFIGS, config_file, load_pipeline, share_path
-from toolformer.config.load import load_config
+from toolformer.cli.common import PACKAGED_CONFIGS, config_file, load_pipeline
+from toolformer.config.load import load_config, share_path
 from toolformer.config.schema import PipelineConfig
 from toolformer.smallworld.config import load_smallworld
 

@@ -12,23 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import ExitStack
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from toolformer.config.load import load_config, read_yaml_config
+from toolformer.config.load import load_config, read_yaml_config, share_path
 from toolformer.config.schema import PipelineConfig
 
 PACKAGED_CONFIGS = ("demo", "tiny")
 """Configs packaged with toolformer: ``--config NAME`` reads toolformer/share/configs/NAME.yaml."""
-
-
-def share_path(*parts: str) -> Path:
-    """A file packaged in toolformer/share/ (pyproject.toml's package data)."""
-    place = resources.files("toolformer").joinpath("share")
-    for part in parts:
-        place = place.joinpath(part)
-    return Path(str(place))
 
 
 def config_file(config: str | None, default: str | None = None) -> str | Path | None:

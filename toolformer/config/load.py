@@ -17,6 +17,7 @@ import math
 import re
 import types
 import typing
+from importlib import resources
 from pathlib import Path
 from typing import Any, Union
 
@@ -371,3 +372,12 @@ def config_hash(obj: Any) -> str:
 
 def dump_yaml(obj: Any) -> str:
     return yaml.safe_dump(to_dict(obj), sort_keys=False, allow_unicode=True)
+
+
+def share_path(*parts: str) -> Path:
+    """A file packaged in toolformer/share/ (pyproject.toml's package data: the packaged configs and sample data),
+    or the folder itself without ``parts``."""
+    place = resources.files("toolformer").joinpath("share")
+    for part in parts:
+        place = place.joinpath(part)
+    return Path(str(place))

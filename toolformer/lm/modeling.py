@@ -161,13 +161,12 @@ def tiny_tokenizer_texts(data_dir: str | Path = "data") -> list[str]:
     default ``data`` where the current folder has none: the package's copy of
     those files, toolformer/share/data, so an installed package writes the same
     tiny model from any folder)."""
-    from importlib import resources
-
+    from toolformer.config.load import share_path
     from toolformer.tools import REGISTRY
 
     root = Path(data_dir)
     if root == Path("data") and not (root / "corpus.jsonl").is_file():
-        root = Path(str(resources.files("toolformer").joinpath("share").joinpath("data")))
+        root = share_path("data")
     if not (root / "corpus.jsonl").is_file():
         raise FileNotFoundError(f"{root}: no corpus.jsonl to train the tiny tokenizer on; run from the repository "
                                 f"root or pass the folder of the repository's data/ (tiny-model --data DIR)")

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from toolformer.config.load import share_path
 from toolformer.config.text import decode_utf8
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
 
@@ -106,14 +107,11 @@ class BM25Index:
         return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if s > 0]
 
 
-PACKAGE = Path(__file__).resolve().parent.parent
-
-
 def index_cache(path: Path) -> Path | None:
     """Where the index of the data file ``path`` is saved: ``PATH.bm25`` beside it, or nowhere (kept in memory)
     when the file is one of the package's own (its sample data, read from an installed package): an install is
     not written into."""
-    if PACKAGE in path.resolve().parents:
+    if share_path().resolve() in path.resolve().parents:
         return None
     return path.with_name(path.name + ".bm25")
 
