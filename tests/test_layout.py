@@ -14,7 +14,7 @@ from helpers import ROOT
 PACKAGE = ROOT / "toolformer"
 TESTS = ROOT / "tests"
 LAYERS = [("version",), ("config",), ("rundir",), ("tools",), ("lm",), ("api",), ("corpus", "tasks"), ("inspect",),
-          ("stages",), ("pipeline",), ("smallworld",), ("bench", "preflight", "integrations"), ("cli",)]
+          ("stages",), ("pipeline",), ("smallworld",), ("published",), ("bench", "preflight", "integrations"), ("cli",)]
 RANK = {name: i for i, names in enumerate(LAYERS) for name in names}
 IMPORT = re.compile(r"^\s*(?:from|import) toolformer\.([a-z_]+)", re.M)
 
@@ -326,15 +326,16 @@ def test_a_stage_refuses_an_option_it_does_not_take(tmp_path):
 PRODUCT = ("config", "rundir", "tools", "lm", "api", "corpus", "tasks", "inspect", "stages", "pipeline")
 
 
-def test_the_product_never_imports_the_small_world():
-    """The pipeline's packages work without the small world (toolformer.smallworld: the demo, its world, its base
-    model and its lab), by any import at any depth."""
+@pytest.mark.parametrize("world", ["smallworld", "published"])
+def test_the_product_never_imports_a_world(world):
+    """The pipeline's packages work without the worlds (toolformer.smallworld: the demo, its world, its base
+    model and its lab; toolformer.published: the published-data world), by any import at any depth."""
     graph = import_graph(PACKAGE)
     product = [name for name in graph if name.count(".") and name.split(".")[1] in PRODUCT]
     offences = [f"{name} imports {dep}" for name in product for dep in graph[name]
-                if dep.startswith("toolformer.smallworld")]
+                if dep.startswith(f"toolformer.{world}")]
     assert not offences, offences
-    assert any(dep.startswith("toolformer.smallworld") for dep in graph["toolformer.cli.jobs"])  # the check can see one
+    assert any(dep.startswith(f"toolformer.{world}") for dep in graph["toolformer.cli.jobs"])  # the check can see one
 
 
 def test_the_product_config_has_no_small_world_section_and_the_world_defaults_are_the_shipped_world():

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from toolformer.cli.common import hold_and_run, load_pipeline
 from toolformer.cli.evaluation import cmd_lm_eval, cmd_score, cmd_tasks
-from toolformer.cli.jobs import cmd_bench, cmd_demo, cmd_preflight, cmd_world
+from toolformer.cli.jobs import cmd_bench, cmd_demo, cmd_preflight, cmd_published, cmd_world
 from toolformer.cli.models import cmd_chat, cmd_generate, cmd_tiny_model
 from toolformer.cli.parser import MOVED_COMMANDS, PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
 from toolformer.cli.runs import cmd_export, cmd_inspect
@@ -41,8 +41,8 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 # Commands that read no pipeline config or hold their folders themselves: command -> function(args) -> exit code.
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "chat": cmd_chat,
                   "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "demo": cmd_demo,
-                  "world": cmd_world, "tasks": cmd_tasks, "score": cmd_score, "tools": cmd_tools,
-                  "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight, "lm-eval": cmd_lm_eval}
+                  "published": cmd_published, "world": cmd_world, "tasks": cmd_tasks, "score": cmd_score,
+                  "tools": cmd_tools, "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight, "lm-eval": cmd_lm_eval}
 
 
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).

@@ -18,7 +18,7 @@ from typing import Any
 from toolformer.config.load import load_config, read_yaml_config, share_path
 from toolformer.config.schema import PipelineConfig
 
-PACKAGED_CONFIGS = ("demo", "tiny")
+PACKAGED_CONFIGS = ("demo", "tiny", "published")
 """Configs packaged with toolformer: ``--config NAME`` reads toolformer/share/configs/NAME.yaml."""
 
 

@@ -60,9 +60,16 @@ def cmd_preflight(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    """``demo``: the whole method on the small world, in its run folder, under its lock."""
+    """``demo``: the whole method on the small world (or, for a config with a ``published`` section, on published
+    data: toolformer.published), in its run folder, under its lock."""
+    from toolformer.published.config import is_published_config
     from toolformer.smallworld.demo import run_demo
 
+    if is_published_config(config_file(args.config, default="demo")):
+        from toolformer.published.demo import run_published
+
+        pw = load_published_world(args)
+        return hold_and_run(pw.pipeline, "demo", lambda: run_published(pw, force=args.force))
     sw = load_world(args)
     check_start_model(sw)
     return hold_and_run(sw.pipeline, "demo", lambda: run_demo(sw, force=args.force))
@@ -94,3 +101,28 @@ def _pretrain(sw, force: bool) -> None:
 
 
 WORLD_COMMANDS: dict[str, Callable[[Any, bool], object]] = {"generate": _generate, "pretrain": _pretrain}
+
+
+def load_published_world(args):
+    """The published-data config of ``demo`` and ``published build|pretrain`` (``--config``)."""
+    from toolformer.published.config import load_published
+
+    return load_published(config_file(args.config, default="published"), list(args.overrides))
+
+
+def cmd_published(args) -> int:
+    """``published fetch|build|pretrain``: the published-data world (toolformer.published)."""
+    if args.published_command == "fetch":
+        from toolformer.published.sources import fetch
+
+        got = fetch(args.out, base=args.source or "")
+        print(f"fetch: {len(got)} file(s) downloaded and checked into {args.out}; the rest were there already")
+        return 0
+    pw = load_published_world(args)
+    if args.published_command == "build":
+        from toolformer.published.world import build_world
+
+        return hold_and_run(pw.pipeline, "published build", lambda: build_world(pw, force=args.force))
+    from toolformer.published.pretrain import pretrain_base_model
+
+    return hold_and_run(pw.pipeline, "published pretrain", lambda: pretrain_base_model(pw, force=args.force))

@@ -150,6 +150,16 @@ def _add_world_commands(sub: argparse._SubParsersAction) -> None:
     c = world_sub.add_parser("pretrain", help="the small world's tokenizer and base model (the shipped one when "
                                               "it matches the config, else trained from scratch)")
     _add_config_args(c, default="demo")
+    p = sub.add_parser("published", help="the published-data world: `published fetch|build|pretrain` (the files, "
+                                         "the world's splits and texts, its base model)")
+    pub = p.add_subparsers(dest="published_command", metavar="<subcommand>", required=True)
+    c = pub.add_parser("fetch", help="download the published files from their sources and check each sha256")
+    c.add_argument("--out", default="data/published", help="folder to write them into (default: data/published)")
+    c.add_argument("--source", help="a mirror of the files' layout to read from instead (e.g. file:///copy/)")
+    c = pub.add_parser("build", help="write the world: splits, texts, the QA tool's data, evaluation sets")
+    _add_config_args(c, default="published")
+    c = pub.add_parser("pretrain", help="the world's tokenizer and base model (the shipped one when it matches)")
+    _add_config_args(c, default="published")
     c = world_sub.add_parser("probe", help="copy probe and arithmetic accuracy of a small-world model")
     c.add_argument("--model", help="model folder (default: the config's base model)")
     c.add_argument("--json", action="store_true", help="print the full report as JSON")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from toolformer.config.load import at_least
 
 EVAL_ROWS = ("base", "toolformer_disabled", "toolformer")
-TASK_FORMATS = ("asdiv", "svamp", "mawps", "webqs", "webquestions", "triviaqa", "lama")
+TASK_FORMATS = ("asdiv", "svamp", "mawps", "webqs", "webquestions", "triviaqa", "lama", "gsm8k")
 """The evaluation formats by name (`toolformer.tasks.FORMATS`; tests/test_layout.py keeps them equal)."""
 
 
@@ -25,7 +25,7 @@ class TaskConfig:
     path: str = ""
     """Local task file (ASDiv.xml, SVAMP.json, a JSON list or a JSONL file)."""
     format: str = "auto"
-    """auto (from the file), asdiv, svamp, mawps, webqs, triviaqa or lama; see toolformer/tasks/formats.py."""
+    """auto (from the file), asdiv, svamp, mawps, gsm8k, webqs, triviaqa or lama; see toolformer/tasks/formats.py."""
     kind: str = "qa"
     """math (first number of the output, 2 decimals) or qa (answer in the first words)."""
     prompt: str = "{question}"

@@ -170,7 +170,8 @@ def save_dataset(rows: Sequence[Mapping[str, object]], out: Path) -> None:
 def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
     """Write the augmented data set C* (see the module docstring); the stage takes no ``options``."""
     stage_options("build", options)
-    run = start(cfg, "build", force)
+    plain = {"build.plain_path": cfg.build.plain_path} if cfg.build.plain_path else None
+    run = start(cfg, "build", force, inputs=plain)  # plain documents rewritten under their path: built again
     if run.skipped:
         return run.result()
     filter_stage = StageFolder(cfg.run_dir, "filter")

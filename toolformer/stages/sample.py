@@ -121,7 +121,8 @@ def window_tokens(cfg: PipelineConfig, tokenizer, window: int, uses_sampler: boo
 def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> StageResult:
     """Propose candidate calls (see the module docstring); the stage takes no ``options``."""
     stage_options("sample", options)
-    run = start(cfg, "sample", force, inputs=model_inputs(cfg, "sample"))
+    # The corpus by its fingerprint too: a corpus rewritten under the same path is sampled again.
+    run = start(cfg, "sample", force, inputs={**model_inputs(cfg, "sample"), "corpus.path": cfg.corpus.path})
     if run.skipped:
         return run.result()
     set_threads(cfg.model.threads)

@@ -20,6 +20,10 @@ triviaqa  the official ``unfiltered``/``rc`` JSON (``{"Data": [{"Question",
           "QuestionId", "Answer": {"Value", "Aliases"}}]}``), llm-foundry's JSONL
           (``{"context": "Question: …\\nAnswer:", "answer", "aliases"}``) and
           ``{"question", "answer", "aliases"}`` JSONL
+gsm8k     GSM8K ``train/test.jsonl`` (``{"question", "answer"}``): the answer is a
+          worked solution ending ``#### 72``, the gold is the number after
+          ``####``; a record without ``####`` or with no number after it is
+          skipped
 lama      LAMA (``data.zip`` of the LAMA release): T-REx ``P*.jsonl``
           (``evidences[].masked_sentence``), Google-RE ``*_test.jsonl`` and
           SQuAD ``test.jsonl`` (``masked_sentences``), answer ``obj_label``
@@ -216,6 +220,26 @@ def mawps_item(r: dict, index: int) -> TaskItem:
     return TaskItem(_item_id(r, index), " ".join(question.split()), [_numeric(answer, "lSolutions")])
 
 
+GSM8K_FINAL = "####"
+
+
+def gsm8k_answer(solution: str) -> str:
+    """The final answer of a GSM8K solution: the number after its last ``####``."""
+    head, mark, tail = solution.rpartition(GSM8K_FINAL)
+    if not mark:
+        raise SkipItem("no ####", "the answer has no final `#### N` line")
+    value = tail.strip().replace(",", "")
+    if not gold_numbers(value):
+        raise SkipItem("answer is not a number", repr(tail.strip())[:200])
+    return value
+
+
+def gsm8k_item(r: dict, index: int) -> TaskItem:
+    question = _text(_get(r, "question"), "question")
+    return TaskItem(_item_id(r, index), " ".join(question.split()),
+                    [gsm8k_answer(_text(_get(r, "answer"), "answer"))])
+
+
 _DESCRIPTION = re.compile(r'\(description\s+(?:"((?:[^"\\]|\\.)*)"|([^()\s]+))\)')
 
 
@@ -299,6 +323,7 @@ def lama_item(r: dict, index: int) -> TaskItem:
 
 ITEM_LOADERS: dict[str, Callable[[dict, int], TaskItem]] = {
     "svamp": svamp_item, "mawps": mawps_item, "webqs": webqs_item, "triviaqa": triviaqa_item, "lama": lama_item,
+    "gsm8k": gsm8k_item,
 }
 
 
@@ -329,12 +354,14 @@ FORMATS: dict[str, Callable[[Path], TaskData]] = {
 }
 FORMATS["webquestions"] = FORMATS["webqs"]
 KINDS = {"asdiv": "math", "svamp": "math", "mawps": "math", "webqs": "qa", "webquestions": "qa",
-         "triviaqa": "qa", "lama": "qa"}
+         "triviaqa": "qa", "lama": "qa", "gsm8k": "math"}
 
 
 def _format_of(keys: set[str], r: dict) -> str | None:
     if isinstance(r.get("original"), dict) or keys & {"original_text", "sQuestion", "lSolutions"}:
         return "mawps"
+    if {"question", "answer"} <= keys and GSM8K_FINAL in str(r.get("answer")):
+        return "gsm8k"
     if {"Body", "Question"} <= keys:
         return "svamp"
     if keys & {"masked_sentences", "evidences"}:

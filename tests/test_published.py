@@ -1,0 +1,179 @@
+"""The published-data world (toolformer.published): reading the published formats with every bad record counted,
+the checksum check and the fetch command, splits without leaks, the contamination search, gold from GSM8K's
+annotations.
+
+Small files written here stand in for the published ones; the tests that need the real files read them from
+$TOOLFORMER_PUBLISHED_DATA (`.ci/run` sets it when the folder is there) and skip with the reason otherwise."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from toolformer.published import sources, world
+from toolformer.published.config import DATA_ENV, load_published
+from toolformer.published.contamination import hits, longest_shared, normalise
+from toolformer.published.readers import Rejected, parse_solution, read_gsm8k
+from toolformer.rundir.files import read_jsonl
+from toolformer.tasks.formats import SkipItem, load_task
+
+ROOT = Path(__file__).resolve().parents[1]
+REAL = os.environ.get(DATA_ENV, "")
+needs_real = pytest.mark.skipif(not REAL or not Path(REAL).is_dir(),
+                                reason=f"${DATA_ENV} does not name a folder of the published files")
+
+GSM8K = [
+    {"question": "Ann has 48 pens and gives away half. How many are left?",
+     "answer": "She gives 48/2 = <<48/2=24>>24 pens.\nShe keeps 48-24 = <<48-24=24>>24 pens.\n#### 24"},
+    {"question": "Bo buys 3 boxes of 12 eggs. How many eggs?", "answer": "He has 3*12 = <<3*12=36>>36 eggs.\n#### 36"},
+    {"question": "No final line here.", "answer": "It is 2+2 = <<2+2=4>>4."},
+    {"question": "A broken annotation.", "answer": "It is <<what>>5.\n#### 5"},
+]
+
+
+def _fact(uuid: str, rel: str, sub: str, obj: str, sentences: list[str]) -> dict:
+    return {"uuid": uuid, "predicate_id": rel, "sub_label": sub, "obj_label": obj,
+            "evidences": [{"masked_sentence": s} for s in sentences]}
+
+
+def write_fixture(folder: Path, facts: int = 40) -> Path:
+    """A data folder in the published layout: GSM8K, MAWPS, ASDiv and two T-REx relations (one missing from
+    relations.jsonl)."""
+    (folder / "math/gsm8k").mkdir(parents=True)
+    (folder / "math/mawps").mkdir(parents=True)
+    (folder / "lama/trex").mkdir(parents=True)
+    lines = [json.dumps(r) for r in GSM8K]
+    (folder / "math/gsm8k/train.jsonl").write_text("\n".join(lines[:2] + ["{not json"] + lines[2:]) + "\n")
+    (folder / "math/gsm8k/test.jsonl").write_text(json.dumps(
+        {"question": "Cy has 5 cats and gets 4 more. How many cats?", "answer": "5+4 = <<5+4=9>>9\n#### 9"}) + "\n")
+    for name, n in (("trainset", 6), ("validset", 2), ("testset", 3)):
+        (folder / f"math/mawps/{name}.json").write_text(json.dumps(
+            [{"id": f"{name}{k}", "original_text": f"Dee had {k + 7} apples and ate {k + 1} . How many are left ?",
+              "ans": 6.0} for k in range(n)]))
+    problems = "".join(f'<Problem ID="nluds-{k:04d}"><Body>Eve has {k + 2} red and {k + 3} blue balls.</Body>'
+                       f"<Question>How many balls?</Question><Answer>{2 * k + 5} (balls)</Answer></Problem>"
+                       for k in range(10))
+    (folder / "math/ASDiv.xml").write_text(f"<Machine-Reading-Corpus-File><ProblemSet>{problems}</ProblemSet>"
+                                           "</Machine-Reading-Corpus-File>")
+    (folder / "lama/trex/relations.jsonl").write_text(json.dumps(
+        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
+    towns = ["Paris", "Lyon", "Rome", "Oslo"]
+    rows = [_fact(f"u{k}", "P19", f"Person Number{k}", towns[k % 4],
+                  [f"Person Number{k} was born in [MASK] .", f"Person Number{k} (born in [MASK]) wrote books ."])
+            for k in range(facts)]
+    (folder / "lama/trex/P19.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    (folder / "lama/trex/P103.jsonl").write_text(json.dumps(
+        _fact("x1", "P999", "Someone", "French", ["Someone spoke [MASK] ."])) + "\n")
+    return folder
+
+
+def fixture_config(tmp_path: Path, monkeypatch, **published):
+    data = write_fixture(tmp_path / "data")
+    monkeypatch.setattr(world, "check_data", lambda folder: Path(folder))
+    overrides = [f"run_dir={tmp_path / 'run'}", f"published.data_dir={data}", "published.eval_lama=6",
+                 *(f"published.{k}={v}" for k, v in published.items())]
+    return load_published(ROOT / "configs" / "published.yaml", overrides)
+
+
+def test_a_gsm8k_solution_becomes_text_and_gold_calls_at_the_annotated_results():
+    sol = parse_solution(GSM8K[0]["answer"])
+    assert "<<" not in sol.text and "####" not in sol.text and sol.answer == "24"
+    assert [(c["input"], c["result"]) for c in sol.calls] == [("48/2", "24"), ("48-24", "24")]
+    for c in sol.calls:
+        assert sol.text[c["char_start"]:].startswith(c["result"])
+    for bad in (GSM8K[2]["answer"], GSM8K[3]["answer"]):
+        with pytest.raises(SkipItem):
+            parse_solution(bad)
+
+
+def test_bad_records_are_counted_with_file_and_line_never_dropped_unsaid(tmp_path, monkeypatch):
+    cfg = fixture_config(tmp_path, monkeypatch)
+    root = world.build_world(cfg, quiet=True)
+    rejected = read_jsonl(root / "rejected.jsonl")
+    where = {r["reason"]: r["where"] for r in rejected}
+    train = str(Path(cfg.published.data_dir) / "math/gsm8k/train.jsonl")
+    assert where["invalid JSON"] == f"{train}:3"
+    assert where["no ####"] == f"{train}:4"
+    assert where["annotation does not parse"] == f"{train}:5"
+    assert where["relation missing from relations.jsonl"].endswith("P103.jsonl:1")
+    summary = json.loads((root / "world.json").read_text())
+    assert summary["rejected"] == {r: sum(x["reason"] == r for x in rejected) for r in where}
+    assert len(read_gsm8k(Path(train), Rejected())) == 2
+
+
+def test_evaluation_facts_are_in_no_training_text_and_in_the_qa_data(tmp_path, monkeypatch):
+    cfg = fixture_config(tmp_path, monkeypatch)
+    root = world.build_world(cfg, quiet=True)
+    training = [d["text"] for name in ("pretrain", "corpus") for d in read_jsonl(root / f"{name}.jsonl")]
+    _fmt, lama = load_task(root / "eval" / "lama.jsonl", "lama")
+    assert 3 <= len(lama.items) <= 6
+    for item in lama.items:
+        subject = item.question.split(" was born")[0].split(" (born")[0]
+        assert not any(subject + " " in t or subject + " (" in t for t in training), subject
+    knowledge = read_jsonl(root / "knowledge.jsonl")
+    assert len(knowledge) == 40 and {"subject", "relation", "object", "text"} <= set(knowledge[0])
+    assert knowledge[0]["text"] == f"{knowledge[0]['subject']} was born in {knowledge[0]['object']}."
+    for doc in read_jsonl(root / "corpus.jsonl"):
+        for g in doc.get("gold_calls", []):
+            assert doc["text"][g["char_start"]:].startswith(g["result"]), (doc, g)
+    assert not any("[" in t for t in training[: len(read_jsonl(root / "pretrain.jsonl"))])  # no call syntax
+
+
+def test_a_missing_or_edited_file_is_exit_2_naming_it_and_the_fetch_command(tmp_path, capsys):
+    from toolformer.cli.app import main
+
+    data = write_fixture(tmp_path / "data")
+    rc = main(["published", "build", "--config", str(ROOT / "configs" / "published.yaml"),
+               f"run_dir={tmp_path / 'run'}", f"published.data_dir={data}"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert "math/gsm8k/train.jsonl: sha256" in err[0] and "toolformer published fetch" in err[0]
+    assert "Traceback" not in err[0]
+    (data / "math/ASDiv.xml").unlink()
+    assert sources.file_problem(data, "math/ASDiv.xml") == "missing"
+    with pytest.raises(sources.DataError, match="train.jsonl: sha256 .*toolformer published fetch"):
+        sources.check_data(data)
+
+
+def test_fetch_checks_every_file_and_writes_nothing_that_differs(tmp_path, monkeypatch):
+    data = write_fixture(tmp_path / "mirror")
+    files = ("math/gsm8k/train.jsonl", "math/ASDiv.xml")
+    monkeypatch.setattr(sources, "FILES", {f: hashlib.sha256((data / f).read_bytes()).hexdigest() for f in files})
+    out = tmp_path / "out"
+    assert sources.fetch(out, base=data.as_uri(), files=files, quiet=True) == list(files)
+    assert all((out / f).read_bytes() == (data / f).read_bytes() for f in files)
+    assert sources.fetch(out, base=data.as_uri(), files=files, quiet=True) == []  # already there and checked
+    (out / files[1]).unlink()
+    (data / files[1]).write_text("<edited/>")
+    with pytest.raises(sources.DataError, match="not the published"):
+        sources.fetch(out, base=data.as_uri(), files=files, quiet=True)
+    assert not (out / files[1]).exists() and not list((out / "math").glob(".fetch-*"))
+
+
+def test_the_contamination_search_finds_a_prompt_however_it_is_spaced_or_cased():
+    texts = ["Nothing here.", "Anna was born in PARIS , France", "the cat sat on the mat all day long"]
+    assert normalise("Zakāt,  is  HERE!") == "zakat is here"
+    assert hits(["anna was born in paris", "Paris, France", "born in Lyon"], texts) == {0: [1], 1: [1]}
+    assert hits(["cat sat on the ma"], texts) == {}  # whole words only
+    longest = longest_shared(["we saw the cat sat on the mat today"], texts)
+    assert longest["words"] == 6 and longest["ngram"] == "the cat sat on the mat"
+
+
+@needs_real
+@pytest.mark.slow
+def test_no_evaluation_prompt_of_the_published_world_is_in_any_training_text(tmp_path):
+    """Every evaluation prompt (LAMA, ASDiv, MAWPS, GSM8K test, read back with the project's loaders) searched,
+    normalised, in every training text: pre-training, annotation, and so build's plain documents."""
+    cfg = load_published(ROOT / "configs" / "published.yaml", [f"run_dir={tmp_path}", f"published.data_dir={REAL}"])
+    root = world.build_world(cfg, quiet=True)
+    prompts = [it.question for name in ("lama", "asdiv", "mawps", "gsm8k")
+               for it in load_task(root / "eval" / f"{name}.jsonl", "lama" if name == "lama" else "gsm8k")[1].items]
+    assert len(prompts) > 1000
+    training = [d["text"] for name in ("pretrain", "corpus") for d in read_jsonl(root / f"{name}.jsonl")]
+    assert hits(prompts, training) == {}
+    summary = json.loads((root / "world.json").read_text())
+    assert summary["contamination"]["longest_shared"]["words"] < 60

@@ -1,0 +1,157 @@
+"""``toolformer demo --config configs/published.yaml``: the whole method on published data, on a CPU.
+
+world (:mod:`.world`) → base model (:mod:`.pretrain`, the shipped one when it matches) → sample (rule
+proposers) → execute → filter → chain → build → finetune (+ the control model, tuned on the same documents
+without calls) → evaluate → inspect, into one run folder. ``RUN_DIR/results.json`` has the small world's shape:
+per row (``base``, ``control``, ``toolformer_disabled``, ``toolformer``, ``toolformer_2calls``) the accuracy on
+each set (``lama``, ``asdiv``, ``mawps``, ``gsm8k``), ``perplexity`` (tools disabled) and ``call_rate``; plus
+``kept_calls``, ``gold`` (kept calls against the calls people placed, :mod:`.gold`), ``gold_by_tau``,
+``wall_seconds`` and ``paper`` (the paper's GPT-J numbers, printed beside the table)."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import time
+from pathlib import Path
+
+from toolformer.config.evaluation import ExtraModel, TaskConfig
+from toolformer.config.schema import PipelineConfig
+from toolformer.pipeline import save_resolved_config
+from toolformer.published.config import PublishedWorldConfig, dump_published
+from toolformer.rundir.files import atomic_write_text
+from toolformer.rundir.folder import StageFolder
+from toolformer.rundir.guard import mark
+
+ROWS = ("base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls")
+SETS = ("lama", "asdiv", "mawps", "gsm8k")
+PAPER = {"lama": (31.9, 53.5), "asdiv": (7.5, 40.4), "mawps": (9.9, 44.0), "svamp": (5.2, 29.4)}
+"""The paper's GPT-J numbers (Tables 3 and 4): (without tools, Toolformer)."""
+
+
+def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path) -> PipelineConfig:
+    """The pipeline config pointed at the world's files and the base model, with its evaluation sets and the
+    control and two-call rows."""
+    p = copy.deepcopy(cfg.pipeline)
+    p.model.path = str(base)
+    p.corpus.path = str(root / "corpus.jsonl")
+    p.tools.knowledge = str(root / "knowledge.jsonl")
+    p.evaluate.perplexity_path = str(root / "heldout.jsonl")
+    if not p.build.plain_path:
+        p.build.plain_path = str(root / "pretrain.jsonl")
+    d = cfg.demo
+    if not p.evaluate.tasks:
+        p.evaluate.tasks = [TaskConfig(name="lama", path=str(root / "eval" / "lama.jsonl"), format="lama", kind="qa",
+                                       prompt=d.lama_prompt)]
+        tokens = {"asdiv": d.math_max_new_tokens, "mawps": d.math_max_new_tokens, "gsm8k": d.gsm8k_max_new_tokens}
+        p.evaluate.tasks += [TaskConfig(name=n, path=str(root / "eval" / f"{n}.jsonl"), format="gsm8k", kind="math",
+                                        prompt=d.math_prompt, max_new_tokens=k) for n, k in tokens.items()]
+    run = Path(p.run_dir)
+    p.evaluate.extra_models = [ExtraModel(name="control", path=str(run / "control" / "model")),
+                               ExtraModel(name="toolformer_2calls", path=str(run / "model"), tools=True, max_calls=2,
+                                          top_k_trigger=1)]
+    return p
+
+
+def control(p: PipelineConfig, force: bool) -> None:
+    """The paper's control row: the build stage's documents without calls, fine-tuned the same way."""
+    from toolformer.smallworld.demo import control_dataset
+    from toolformer.stages import run_stage
+
+    c = copy.deepcopy(p)
+    c.run_dir = str(Path(p.run_dir) / "control")
+    c.finetune.dataset = str(control_dataset(p))
+    c.finetune.output_dir = str(Path(c.run_dir) / "model")
+    mark(Path(c.run_dir))
+    run_stage("finetune", c, force=force)
+
+
+def summarise(cfg: PublishedWorldConfig, p: PipelineConfig, walls: dict[str, float]) -> dict:
+    from toolformer.published.gold import gold_report
+
+    full = json.loads((Path(p.evaluate.output_dir or Path(p.run_dir) / "eval") / "results.json").read_text())
+    rows = {}
+    for name in ROWS:
+        r = full["rows"].get(name)
+        rows[name] = None if r is None else ({t: c["accuracy"] for t, c in r["tasks"].items()}
+                                             | {k: r.get(k) for k in ("perplexity", "call_rate")})
+    filt = StageFolder(p.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+    chain = StageFolder(p.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
+    world = json.loads((cfg.world_dir() / "world.json").read_text())
+    return {"rows": rows, "wall_seconds": walls,
+            "kept_calls": {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()},
+            "chain_rounds": chain["counts"]["rounds"], **gold_report(p.run_dir), "world": world["counts"],
+            "contamination": world["contamination"], "seed": p.seed,
+            "tasks": {t.name: t.path for t in p.evaluate.tasks},
+            "paper": {k: {"without_tools": a, "toolformer": b} for k, (a, b) in PAPER.items()}}
+
+
+def table(results: dict) -> str:
+    def pct(v):
+        return "–" if v is None else f"{100 * v:.1f}"
+
+    tasks = list(results["tasks"])
+    head = ["row", *(f"{t} %" for t in tasks), "perplexity", "call rate %"]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    for name, r in results["rows"].items():
+        if r is None:
+            lines.append(f"| {name} | not run |" + " |" * (len(head) - 2))
+            continue
+        ppl = "–" if r["perplexity"] is None else f"{r['perplexity']:.2f}"
+        lines.append(f"| {name} | " + " | ".join([*(pct(r.get(t)) for t in tasks), ppl, pct(r["call_rate"])]) + " |")
+    for label, k in (("paper, GPT-J without tools", 0), ("paper, GPT-J Toolformer", 1)):
+        lines.append(f"| {label} | " + " | ".join(
+            f"{PAPER[t][k]:.1f}" if t in PAPER else "–" for t in tasks) + " | – | – |")
+    return "\n".join(lines)
+
+
+def _print(results: dict) -> None:
+    print("\n" + table(results))
+    print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
+    for tool, g in results["gold"].items():
+        prec = "–" if g["precision"] is None else f"{100 * g['precision']:.1f} %"
+        print(f"kept {tool} calls against the calls people placed ({g['source']}): precision {prec} "
+              f"({g['kept_right']:,} of {g['kept']:,}), recall {100 * g['recall_right']:.1f} % "
+              f"({g['gold_with_right_kept']:,} of {g['gold']:,}); chained calls {g['chained_kept']:,} kept, "
+              f"{g['chained_right']:,} right")
+    c = results["contamination"]
+    print(f"contamination: {c['prompts']:,} evaluation prompts searched in every training text; "
+          f"{sum(c['training_documents_left_out'].values()):,} training documents holding one left out; longest "
+          f"shared n-gram {c['longest_shared']['words']} words")
+    print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in results["wall_seconds"].items()))
+
+
+def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
+    """The demo on published data into ``cfg.run_dir``; returns what ``RUN_DIR/results.json`` holds."""
+    from toolformer.published.pretrain import pretrain_base_model
+    from toolformer.published.world import build_world
+    from toolformer.stages import run_stage
+
+    walls: dict[str, float] = {}
+    t_all = time.perf_counter()
+
+    def timed(name, fn):
+        t0 = time.perf_counter()
+        out = fn()
+        walls[name] = round(time.perf_counter() - t0, 1)
+        return out
+
+    mark(Path(cfg.run_dir))
+    atomic_write_text(Path(cfg.run_dir) / "published.yaml", "# The config of this run (toolformer demo --config "
+                      "published.yaml reruns it).\n" + dump_published(cfg))
+    root = timed("world", lambda: build_world(cfg, force=force))
+    base = timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
+    p = world_pipeline(cfg, root, base)
+    save_resolved_config(p)
+    for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
+        timed(stage, functools.partial(run_stage, stage, p, force=force))
+    timed("control finetune", lambda: control(p, force))
+    timed("evaluate", lambda: run_stage("evaluate", p, force=force))
+    timed("inspect", lambda: run_stage("inspect", p, force=force))
+    walls["total"] = round(time.perf_counter() - t_all, 1)
+    results = summarise(cfg, p, walls)
+    atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
+    _print(results)
+    print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
+    return results

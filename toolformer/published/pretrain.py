@@ -1,0 +1,145 @@
+"""The published world's base model, trained from scratch on real text only (``toolformer published pretrain``).
+
+1. A BPE tokenizer learnt on the world's texts (pre-training and annotation texts, the annotation texts with
+   their gold calls inline so that the call markers and tool names are single tokens; one token per digit).
+2. A small Llama-shaped causal LM (``pretrain`` section: its shape and steps), trained on ``pretrain.jsonl``
+   packed into rows that each start with BOS; the best model by dev perplexity (held-out pre-training documents)
+   is kept. No call syntax is in that text.
+
+The folder gets ``pipeline_config.yaml`` (the config) and, last, ``pretrain.json``: the key (the sha256 of the
+texts it read and the settings), parameters, steps, wall time and the sha256 of the weights. The repository
+ships the model ``configs/published.yaml`` makes (``data/published-base``): when its record has this config's key
+and steps and its weights hash matches, it is copied instead of trained; ``--force`` trains anyway.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+from toolformer.config.load import config_hash
+from toolformer.lm.modeling import set_threads
+from toolformer.published.config import PublishedWorldConfig, dump_published
+from toolformer.published.world import build_world
+from toolformer.rundir.files import atomic_write_text, read_jsonl
+from toolformer.rundir.folder import FORMAT, versions
+from toolformer.smallworld.pretrain import (
+    MANIFEST,
+    WORLD_TOOLS,
+    build_model,
+    check_tokenizer,
+    pack_with_bos,
+    sha256_file,
+    use_shipped,
+)
+from toolformer.tools.calls import get_style, insert_calls
+
+
+def tokenizer_texts(root: Path) -> list[str]:
+    """What the tokenizer learns from: the pre-training and annotation texts, the annotation texts with their
+    gold calls inline, the tool names (weighted, so each becomes one token)."""
+    style = get_style("plain")
+    corpus = read_jsonl(root / "corpus.jsonl", ("text",))
+    inline = [insert_calls(d["text"], [(g["char_start"], style.render(g["tool"], g["input"] or "?", g["result"]))
+                                       for g in d.get("gold_calls") or []]) for d in corpus]
+    return [*(d["text"] for d in read_jsonl(root / "pretrain.jsonl", ("text",))), *(d["text"] for d in corpus),
+            *inline, *[f" [{name}(" for name in WORLD_TOOLS] * 2000]
+
+
+def pretrain_key(cfg: PublishedWorldConfig, root: Path) -> str:
+    """What the base model depends on: the sha256 of its texts (pre-training, and the tokenizer's), the
+    pre-training settings but its folders and schedule of checks, the seed and the format."""
+    pc = {k: v for k, v in vars(cfg.pretrain).items()
+          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "init_from")}
+    texts = {"pretrain": sha256_file(root / "pretrain.jsonl"),
+             "tokenizer": hashlib.sha256("\n".join(tokenizer_texts(root)).encode()).hexdigest()}
+    return config_hash({"format": FORMAT, "world": "published", "pretrain": pc, "seed": cfg.seed, "texts": texts})
+
+
+def _train(cfg: PublishedWorldConfig, root: Path, out: Path, key: str, force: bool) -> tuple[dict, int, int]:
+    """Tokenizer and model trained into ``out``; (the training's result, parameters, vocabulary size)."""
+    from toolformer.lm.tokenizer import set_prefix_space, train_tokenizer
+    from toolformer.lm.trainargs import TrainArgs
+    from toolformer.lm.training import train_causal_lm
+    from toolformer.stages import seed_everything
+
+    pc = cfg.pretrain
+    seed_everything(cfg.seed)
+    tokenizer = train_tokenizer(tokenizer_texts(root), vocab_size=pc.vocab_size, digits_apart=pc.digits_apart)
+    check_tokenizer(tokenizer, pc.digits_apart)
+    if pc.prefix_space:
+        set_prefix_space(tokenizer)
+    docs = [d["text"] for d in read_jsonl(root / "pretrain.jsonl", ("text",))]
+    n_dev = min(pc.dev_docs, len(docs) // 10)
+    train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
+    dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None
+    model = build_model(tokenizer, pc)
+    params = sum(p.numel() for p in model.parameters())
+    passes = pc.max_steps * pc.batch_size / len(train_rows)
+    print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {len(train_rows):,} rows of "
+          f"{pc.seq_len} tokens ({len(train_rows) * pc.seq_len:,} tokens; {passes:.2f} passes)")
+    args = TrainArgs(learning_rate=pc.learning_rate, warmup_ratio=pc.warmup_ratio, schedule="cosine",
+                     batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
+                     eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
+                     seed=cfg.seed, log_every=10)
+    if force and (out / "checkpoints").exists():
+        shutil.rmtree(out / "checkpoints")
+    result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key)
+    return result, params, len(tokenizer)
+
+
+def refuse_other_shipped(cfg: PublishedWorldConfig, key: str) -> None:
+    """A shipped base model trained on other texts or settings is not silently replaced by an hour of training:
+    a ValueError (exit 2) says so; ``--force`` trains one here."""
+    record_path = Path(cfg.pretrain.shipped) / MANIFEST
+    if not cfg.pretrain.shipped or not record_path.is_file():
+        return
+    record = json.loads(record_path.read_text())
+    if record.get("key") != key or record.get("steps") != cfg.pretrain.max_steps:
+        raise ValueError(f"pretrain: the shipped base model {record_path.parent} was trained on other texts or "
+                         f"settings (key {str(record.get('key'))[:12]}, {record.get('steps')} steps; this config: "
+                         f"{key[:12]}, {cfg.pretrain.max_steps} steps): pass --force to train one here (about "
+                         f"{record.get('wall_seconds', 0) / 60:.0f} min on 2 cores), or set pretrain.shipped=''")
+
+
+def pretrain_base_model(cfg: PublishedWorldConfig, force: bool = False) -> Path:
+    """The base model in ``cfg.base_model_dir()``: kept when complete with this key, copied from the shipped
+    one when it matches, else trained."""
+    root = build_world(cfg, quiet=True)
+    pc = cfg.pretrain
+    out = cfg.base_model_dir()
+    key = pretrain_key(cfg, root)
+    manifest = out / MANIFEST
+    if not force and manifest.exists():
+        done = json.loads(manifest.read_text())
+        if done.get("key") == key and done.get("steps") == pc.max_steps:
+            print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
+            return out
+    if not force:
+        refuse_other_shipped(cfg, key)
+        if use_shipped(cfg, key, out):  # type: ignore[arg-type]  # reads cfg.pretrain only
+            return out
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    set_threads(pc.threads)
+    t0 = time.perf_counter()
+    result, params, vocab = _train(cfg, root, out, key, force)
+    wall = round(time.perf_counter() - t0, 1)
+    atomic_write_text(out / "pipeline_config.yaml", "# The config this base model was trained with.\n"
+                      + dump_published(cfg))
+    record = {"format": FORMAT, "key": key, "seed": cfg.seed, "world": str(root), "parameters": params,
+              "arch": pc.arch, "model_sha256": sha256_file(out / "model.safetensors"),
+              "read": {name: sha256_file(root / name) for name in ("pretrain.jsonl", "corpus.jsonl")},
+              "published_files": json.loads((root / "world.json").read_text())["files"],
+              "vocab_size": vocab, "steps": result["steps"], "seq_len": pc.seq_len, "batch_size": pc.batch_size,
+              "settings": {k: v for k, v in vars(pc).items() if k not in ("output_dir", "shipped")},
+              "train": result, "wall_seconds": wall, "versions": versions(),
+              "command": "toolformer published pretrain --config pipeline_config.yaml (this folder's)"}
+    atomic_write_text(manifest, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    print(f"pretrain: {params:,} parameters, {result['steps']:,} steps of {pc.batch_size}x{pc.seq_len} tokens in "
+          f"{result['wall_seconds']:.0f} s ({result['tokens_per_second']:,.0f} tokens/s), best dev perplexity "
+          f"{result['best_dev_perplexity']}; model in {out}")
+    return out

@@ -1,0 +1,195 @@
+"""Reading the published files into the world's records, with every record that cannot be used counted and kept
+(``Rejected``: the file and line, the reason), never a traceback and never dropped unsaid.
+
+- GSM8K: a problem's worked solution with its ``<<expr=result>>`` annotations removed, and each annotation as a
+  gold Calculator call at the annotated result's text (:func:`parse_solution`).
+- T-REx: each fact with its Wikipedia sentences, the ``[MASK]`` filled with the object; the relation's template
+  from ``relations.jsonl`` (a fact of a relation missing there is rejected).
+- MAWPS and ASDiv through the project's evaluation loaders (:mod:`toolformer.tasks.formats`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from toolformer.tasks.formats import GSM8K_FINAL, SkipItem, TaskItem, gsm8k_answer, lama_prompt, load_task
+
+MASK = "[MASK]"
+_ANNOTATION = re.compile(r"<<([^<>]*)>>")
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@dataclass
+class Rejected:
+    """Records left out, each ``{"where": "file:line", "reason", "detail"}``."""
+
+    records: list[dict] = field(default_factory=list)
+
+    def add(self, where: str, reason: str, detail: str = "") -> None:
+        self.records.append({"where": where, "reason": reason, "detail": detail[:300]})
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in self.records:
+            out[r["reason"]] = out.get(r["reason"], 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+@dataclass
+class Solution:
+    text: str  # the solution without annotations and without its `#### N` line
+    answer: str
+    calls: list[dict]  # {"tool", "input", "result", "char_start"} in ``text``
+
+
+def parse_solution(answer: str) -> Solution:
+    """A GSM8K answer as text and gold calls; :class:`SkipItem` when it has no ``####`` or an annotation that is
+    not ``expression=number``."""
+    final = gsm8k_answer(answer)
+    body = answer[: answer.rfind(GSM8K_FINAL)].rstrip()
+    text, calls, last = [], [], 0
+    length = 0
+    for m in _ANNOTATION.finditer(body):
+        piece = body[last : m.start()]
+        text.append(piece)
+        length += len(piece)
+        expr, eq, result = m.group(1).rpartition("=")
+        result = result.strip()
+        if not eq or not expr.strip() or not _NUMBER.fullmatch(result.replace(",", "")):
+            raise SkipItem("annotation does not parse", f"<<{m.group(1)}>>")
+        calls.append({"tool": "Calculator", "input": expr.strip(), "result": result.replace(",", ""),
+                      "char_start": length})
+        last = m.end()
+    text.append(body[last:])
+    return Solution("".join(text), final, calls)
+
+
+def _json_lines(path: Path, rejected: Rejected):
+    """(where, record) of every JSON object line of ``path``; the others rejected."""
+    raw = path.read_bytes()
+    for n, line in enumerate(raw.split(b"\n"), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{n}"
+        try:
+            rec = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            rejected.add(where, "invalid JSON", str(e))
+            continue
+        if not isinstance(rec, dict):
+            rejected.add(where, "not a JSON object", type(rec).__name__)
+            continue
+        yield where, rec
+
+
+@dataclass
+class Problem:
+    id: str
+    question: str
+    answer: str
+    where: str
+    solution: Solution | None = None
+
+
+def read_gsm8k(path: Path, rejected: Rejected) -> list[Problem]:
+    out = []
+    for where, rec in _json_lines(path, rejected):
+        try:
+            q, a = rec.get("question"), rec.get("answer")
+            if not isinstance(q, str) or not isinstance(a, str) or not q.strip():
+                raise SkipItem("missing field", "question and answer must be strings")
+            sol = parse_solution(a)
+        except SkipItem as e:
+            rejected.add(where, e.reason, e.detail)
+            continue
+        out.append(Problem(where.rsplit(":", 1)[1], " ".join(q.split()), sol.answer, where, sol))
+    return out
+
+
+def read_task(path: Path, fmt: str, rejected: Rejected) -> list[Problem]:
+    """A math file through the project's evaluation loader (MAWPS, ASDiv): its skipped records rejected."""
+    _fmt, data = load_task(path, fmt)
+    for s in data.skipped:
+        rejected.add(s["where"], s["reason"], s.get("detail", ""))
+    return [Problem(item.id, item.question, item.answers[0], f"{path}: {item.id}") for item in data.items]
+
+
+@dataclass
+class Fact:
+    uuid: str
+    relation: str
+    subject: str
+    object: str
+    sentences: list[str]  # the object filled in
+    prompts: list[str]  # text before the object, for sentences that end on it
+    masks: list[int]  # per sentence, where the object starts
+
+
+def read_relations(path: Path, rejected: Rejected) -> dict[str, dict]:
+    out = {}
+    for where, rec in _json_lines(path, rejected):
+        rel, template = rec.get("relation"), rec.get("template")
+        if not isinstance(rel, str) or not isinstance(template, str) or "[X]" not in template or "[Y]" not in template:
+            rejected.add(where, "bad relation", "relation and a template with [X] and [Y] needed")
+            continue
+        out[rel] = {"template": template, "label": str(rec.get("label") or rel)}
+    return out
+
+
+def _fact(rec: dict, where: str, relations: dict[str, dict], rejected: Rejected) -> Fact | None:
+    fields = {k: rec.get(k) for k in ("uuid", "predicate_id", "sub_label", "obj_label")}
+    bad = [k for k, v in fields.items() if not isinstance(v, str) or not v.strip()]
+    evidences = rec.get("evidences")
+    if bad or not isinstance(evidences, list):
+        rejected.add(where, "missing field", ", ".join(bad) or "evidences")
+        return None
+    if fields["predicate_id"] not in relations:
+        rejected.add(where, "relation missing from relations.jsonl", str(fields["predicate_id"]))
+        return None
+    obj = str(fields["obj_label"])
+    sentences, prompts, masks = [], [], []
+    for ev in evidences:
+        masked = ev.get("masked_sentence") if isinstance(ev, dict) else None
+        if not isinstance(masked, str) or masked.count(MASK) != 1:
+            continue  # a sentence that does not name the object once: not this fact's evidence text
+        text = " ".join(masked.replace(MASK, obj).split())
+        if text in sentences:
+            continue
+        sentences.append(text)
+        masks.append(" ".join(masked.split()).index(MASK))
+        prompt = lama_prompt(masked)
+        if prompt:
+            prompts.append(" ".join(prompt.split()))
+    if not sentences:
+        rejected.add(where, "no sentence with one [MASK]", f"{len(evidences)} evidence(s)")
+        return None
+    return Fact(str(fields["uuid"]), str(fields["predicate_id"]), str(fields["sub_label"]), obj, sentences, prompts,
+                masks)
+
+
+def read_trex(folder: Path, relations: dict[str, dict], files: list[str], rejected: Rejected) -> list[Fact]:
+    out, seen = [], set()
+    for name in files:
+        for where, rec in _json_lines(folder / name, rejected):
+            fact = _fact(rec, where, relations, rejected)
+            if fact is None:
+                continue
+            if fact.uuid in seen:
+                rejected.add(where, "duplicate uuid", fact.uuid)
+                continue
+            seen.add(fact.uuid)
+            out.append(fact)
+    return out
+
+
+def render(template: str, subject: str, obj: str) -> str:
+    """A relation's template with the subject and object: ``[X] was born in [Y] .`` → ``X was born in Y.``"""
+    text = template.replace("[X]", subject).replace("[Y]", obj)
+    return re.sub(r"\s+([.,;:!?])", r"\1", " ".join(text.split()))
+
+
+def as_item(p: Problem) -> TaskItem:
+    return TaskItem(p.id, p.question, [p.answer])
