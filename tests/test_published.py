@@ -177,3 +177,56 @@ def test_no_evaluation_prompt_of_the_published_world_is_in_any_training_text(tmp
     assert hits(prompts, training) == {}
     summary = json.loads((root / "world.json").read_text())
     assert summary["contamination"]["longest_shared"]["words"] < 60
+
+
+def test_a_shipped_base_model_of_other_texts_is_not_silently_retrained(tmp_path, monkeypatch):
+    from toolformer.published.pretrain import refuse_other_shipped
+
+    cfg = fixture_config(tmp_path, monkeypatch)
+    shipped = tmp_path / "shipped"
+    shipped.mkdir()
+    (shipped / "pretrain.json").write_text(json.dumps({"key": "k1", "steps": cfg.pretrain.max_steps,
+                                                       "wall_seconds": 1800}))
+    cfg.pretrain.shipped = str(shipped)
+    refuse_other_shipped(cfg, "k1")  # the same key and steps: used
+    with pytest.raises(ValueError, match="pass --force to train one here"):
+        refuse_other_shipped(cfg, "k2")
+
+
+def test_the_fetch_command_reads_a_file_url_mirror(tmp_path, monkeypatch, capsys):
+    from toolformer.cli.app import main
+
+    data = write_fixture(tmp_path / "mirror")
+    files = ("math/gsm8k/test.jsonl",)
+    monkeypatch.setattr(sources, "READ", files)
+    monkeypatch.setattr(sources, "FILES", {files[0]: hashlib.sha256((data / files[0]).read_bytes()).hexdigest()})
+    monkeypatch.setattr(sources.fetch, "__defaults__", (files, False))
+    assert main(["published", "fetch", "--out", str(tmp_path / "out"), "--source", data.as_uri()]) == 0
+    assert "1 file(s) downloaded and checked" in capsys.readouterr().out
+    assert (tmp_path / "out" / files[0]).read_bytes() == (data / files[0]).read_bytes()
+
+
+@pytest.mark.slow
+def test_the_published_demo_runs_every_stage_into_results_json(tmp_path, monkeypatch):
+    """The whole demo on the small stand-in files with a tiny base model trained here: every row and set in
+    results.json, gold counted per tool, the paper's numbers beside them."""
+    from toolformer.published.demo import ROWS, run_published
+
+    cfg = fixture_config(tmp_path, monkeypatch, eval_math=3, heldout_sentences=5)
+    for key, value in {"vocab_size": 300, "hidden": 32, "layers": 1, "heads": 2, "max_steps": 2, "eval_every": 1,
+                       "dev_docs": 2, "shipped": "", "threads": 1}.items():
+        setattr(cfg.pretrain, key, value)
+    p = cfg.pipeline
+    p.model.threads = 1
+    p.filter.per_tool_tau = {"Calculator": -100.0, "QA": -100.0}  # keep every call: a 2-step model helps none
+    p.finetune.max_steps, p.finetune.eval_every, p.finetune.save_every = 2, 1, 1
+    p.evaluate.max_new_tokens = 8
+    cfg.demo.math_max_new_tokens = cfg.demo.gsm8k_max_new_tokens = 8
+    results = run_published(cfg)
+    assert set(results["rows"]) == set(ROWS) and all(results["rows"].values())
+    assert set(results["rows"]["toolformer"]) >= {"lama", "asdiv", "mawps", "gsm8k", "perplexity", "call_rate"}
+    assert results["gold"]["Calculator"]["gold"] == 3 and results["gold"]["QA"]["gold"] > 0
+    assert results["kept_calls"]["Calculator"] > 0
+    assert results["paper"]["lama"] == {"without_tools": 31.9, "toolformer": 53.5}
+    saved = json.loads((Path(p.run_dir) / "results.json").read_text())
+    assert saved["rows"] == json.loads(json.dumps(results["rows"]))

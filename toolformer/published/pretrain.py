@@ -34,6 +34,7 @@ from toolformer.smallworld.pretrain import (
     check_tokenizer,
     pack_with_bos,
     sha256_file,
+    start_model,
     use_shipped,
 )
 from toolformer.tools.calls import get_style, insert_calls
@@ -57,6 +58,8 @@ def pretrain_key(cfg: PublishedWorldConfig, root: Path) -> str:
           if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "init_from")}
     texts = {"pretrain": sha256_file(root / "pretrain.jsonl"),
              "tokenizer": hashlib.sha256("\n".join(tokenizer_texts(root)).encode()).hexdigest()}
+    if cfg.pretrain.init_from:  # the model continued, by the sha256 of its weights
+        texts["init_from"] = sha256_file(Path(cfg.pretrain.init_from) / "model.safetensors")
     return config_hash({"format": FORMAT, "world": "published", "pretrain": pc, "seed": cfg.seed, "texts": texts})
 
 
@@ -69,7 +72,11 @@ def _train(cfg: PublishedWorldConfig, root: Path, out: Path, key: str, force: bo
 
     pc = cfg.pretrain
     seed_everything(cfg.seed)
-    tokenizer = train_tokenizer(tokenizer_texts(root), vocab_size=pc.vocab_size, digits_apart=pc.digits_apart)
+    model = None
+    if pc.init_from:  # continue a base model (its tokenizer too)
+        tokenizer, model = start_model(pc)
+    else:
+        tokenizer = train_tokenizer(tokenizer_texts(root), vocab_size=pc.vocab_size, digits_apart=pc.digits_apart)
     check_tokenizer(tokenizer, pc.digits_apart)
     if pc.prefix_space:
         set_prefix_space(tokenizer)
@@ -77,7 +84,7 @@ def _train(cfg: PublishedWorldConfig, root: Path, out: Path, key: str, force: bo
     n_dev = min(pc.dev_docs, len(docs) // 10)
     train_rows = pack_with_bos(tokenizer, docs[n_dev:], pc.seq_len, pc.packing)  # (N, T)
     dev_rows = pack_with_bos(tokenizer, docs[:n_dev], pc.seq_len, pc.packing) if n_dev else None
-    model = build_model(tokenizer, pc)
+    model = model or build_model(tokenizer, pc)
     params = sum(p.numel() for p in model.parameters())
     passes = pc.max_steps * pc.batch_size / len(train_rows)
     print(f"pretrain: {params:,} parameters, vocabulary {len(tokenizer):,}, {len(train_rows):,} rows of "
