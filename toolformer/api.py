@@ -32,7 +32,7 @@ from pathlib import Path
 
 from toolformer.config.load import load_config, merge
 from toolformer.config.schema import PipelineConfig
-from toolformer.lm.foldertrust import FolderTrust
+from toolformer.lm.foldertrust import FolderTrust, shown
 from toolformer.lm.generate import Generation, generate_with_tools, load_model_folder
 from toolformer.lm.modelfolder import (
     DECODING,
@@ -70,7 +70,11 @@ def resolve(path: str | Path, config=None, overrides=(), tools: list[str] | None
     from toolformer.tools import known_tools
 
     folder = Path(path)
-    if not folder.is_dir():
+    try:
+        found = folder.is_dir()
+    except OSError as e:  # a name too long to look up
+        raise ValueError(f"model folder {shown(str(folder))}: {e.strerror}") from None
+    if not found:
         raise FileNotFoundError(f"{folder}: model folder not found")
     spec = read_spec(folder)
     base, trust = screen(spec, folder, trust_folder_tools) if spec else ({}, None)

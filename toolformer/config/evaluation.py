@@ -13,9 +13,14 @@ TASK_FORMATS = ("asdiv", "svamp", "mawps", "webqs", "webquestions", "triviaqa", 
 """The evaluation formats by name (`toolformer.tasks.FORMATS`; tests/test_layout.py keeps them equal)."""
 
 
+SAFE_NAME = "1 to 100 letters, digits, `_`, `-` or `.`, not starting with `.`"
+"""What a task or row name may be (:func:`safe_name`), for messages."""
+
+
 def safe_name(name: str) -> bool:
-    """Task and row names name files: letters, digits, `_`, `-`, `.`."""
-    return re.fullmatch(r"[A-Za-z0-9_.-]+", name) is not None
+    """Task and row names name files and folders (``NAME.jsonl``, ``predictions/NAME/``): :data:`SAFE_NAME`, so
+    that every file named after one is a file name the system takes, inside its folder."""
+    return re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,99}", name) is not None
 
 
 @dataclass
@@ -43,7 +48,7 @@ class TaskConfig:
         if not self.name or not self.path:
             raise ValueError("every task needs a name and a path")
         if not safe_name(self.name):
-            raise ValueError(f"name: {self.name!r} must be letters, digits, `_`, `-` or `.` (it names files)")
+            raise ValueError(f"name: {self.name!r} must be {SAFE_NAME} (it names files)")
         if self.kind not in ("math", "qa"):
             raise ValueError(f"kind: {self.kind!r} is not math or qa")
         if self.format != "auto" and self.format not in TASK_FORMATS:
@@ -122,7 +127,7 @@ class EvaluateConfig:
             if not m.name or not m.path:
                 raise ValueError("extra_models: every model needs a name and a path")
             if not safe_name(m.name):
-                raise ValueError(f"extra_models: name {m.name!r} must be letters, digits, `_`, `-` or `.`")
+                raise ValueError(f"extra_models: name {m.name!r} must be {SAFE_NAME} (it names files)")
             if m.name in rows or m.name in EVAL_ROWS:
                 raise ValueError(f"extra_models: row name {m.name!r} is already used")
             if m.max_calls < 0 or m.top_k_trigger < 0:

@@ -23,7 +23,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from toolformer.config.evaluation import safe_name
+from toolformer.config.evaluation import SAFE_NAME, safe_name
 from toolformer.rundir.files import atomic_write_text
 from toolformer.tasks.formats import KINDS, TaskData, TaskFormatError, TaskItem, load_task
 from toolformer.tasks.metrics import default_max_words, gold_numbers
@@ -50,7 +50,8 @@ def load_docs(**kwargs):
 
 def _safe_name(name: str) -> str:
     if not safe_name(name or ""):
-        raise ValueError(f"--name {name!r}: use letters, digits, `_`, `-` or `.` (it names the task's files)")
+        cut = f"{name[:60]!r}… ({len(name):,} characters)" if len(name or "") > 60 else repr(name)
+        raise ValueError(f"--name {cut}: use {SAFE_NAME} (it names the task's files)")
     return name
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -51,7 +52,7 @@ class FolderTrust:
     side_effects: bool | list = False
     """Its ``allow_side_effects``."""
     outside: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """Tools key -> (the data path as it resolves, why it is not inside the folder)."""
+    """Tools key -> (the data path the folder names, why it is not inside the folder)."""
 
     def server_of(self, tool: str) -> McpServerConfig | None:
         """The declared server whose tool is called ``tool``, if any."""
@@ -72,7 +73,7 @@ class FolderTrust:
         if self.trusted:
             runs = [f"MCP server {s.name!r}: {server_command(s)}" for s in self.servers]
             extra = [f"allow_side_effects: {json.dumps(self.side_effects)}"] if self.side_effects else []
-            extra += [f"tools.{key} {path} (outside the folder)" for key, (path, _) in self.outside.items()]
+            extra += [f"tools.{key} {path} ({why})" for key, (path, why) in self.outside.items()]
             if not runs and not extra:
                 return None
             return (f"{self.spec_file}: trusted ({TRUST_FLAG}): " + "; ".join(
@@ -133,22 +134,44 @@ def _within(path: Path, root: Path) -> bool:
 
 def escape(folder: Path, value: str) -> str | None:
     """Why the data path ``value`` recorded in ``folder`` does not stay inside it (an absolute path, ``..``,
-    a symlink leaving it, also inside a data folder or its BM25 index); None when it stays."""
+    a symlink leaving it or a hard link, also inside a data folder or its BM25 index); None when it stays. A path
+    the system cannot look up (a name too long) raises ValueError."""
     if Path(value).is_absolute() or value.startswith("~"):
         return "an absolute path"
     if ".." in Path(value).parts:
         return "a path with `..`"
     root = folder.resolve()
     path = folder / value
-    for part in (path, path.with_name(path.name + ".bm25")):
-        if not (part.exists() or part.is_symlink()):
-            continue
-        if not _within(part.resolve(), root):
-            return f"a symlink to {part.resolve()}, outside the folder"
-        if part.is_dir():
-            for dirpath, dirnames, filenames in os.walk(part):
+    try:
+        for part in (path, path.with_name(path.name + ".bm25")):
+            if not (part.exists() or part.is_symlink()):
+                continue
+            why = _leaves(part, root)
+            if why:
+                return why
+            for dirpath, dirnames, filenames in os.walk(part) if part.is_dir() else ():
                 for name in dirnames + filenames:
-                    q = Path(dirpath) / name
-                    if q.is_symlink() and not _within(q.resolve(), root):
-                        return f"a folder holding {q}, a symlink to {q.resolve()} outside the folder"
+                    inner = _leaves(Path(dirpath) / name, root)
+                    if inner:
+                        return f"a folder holding {Path(dirpath) / name}, {inner}"
+    except OSError as e:
+        raise ValueError(f"{shown(value)}: cannot be looked up ({e.strerror})") from None
     return None
+
+
+def _leaves(path: Path, root: Path) -> str | None:
+    """Why the file or folder ``path`` of a model folder leads out of ``root``: a symlink to a path outside it,
+    or a file with more than one name (a hard link: the other may lie outside); None when it does not."""
+    if path.is_symlink() and not _within(path.resolve(), root):
+        return f"a symlink to {path.resolve()}, outside the folder"
+    if not path.exists():
+        return None
+    st = path.stat()
+    if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+        return f"a file with {st.st_nlink} names (a hard link: another may lie outside the folder)"
+    return None
+
+
+def shown(value: str, limit: int = 120) -> str:
+    """``value`` for a message: cut to ``limit`` characters, with its length when longer."""
+    return value if len(value) <= limit else f"{value[:limit]}… ({len(value):,} characters)"

@@ -330,13 +330,18 @@ def load_model_folder(cfg, path: str):
     """(model, tokenizer) of a model folder with ``cfg.model``'s device and dtype.
 
     A folder with its own tokenizer (a fine-tuned model) uses it; otherwise the
-    configured ``model.tokenizer`` (or ``model.path``) is used.
+    configured ``model.tokenizer`` (or ``model.path``) is used. A local folder that is damaged (a file garbled,
+    cut short or missing) is a :class:`~toolformer.lm.folderfiles.FolderFileError` naming the file.
     """
     import dataclasses
     from pathlib import Path
 
+    from toolformer.lm.folderfiles import check_damage, loading_errors
     from toolformer.lm.modeling import load
 
+    if Path(path).is_dir():
+        check_damage(path)  # a damaged file is one line naming it, not a traceback of the loader
     own = any((Path(path) / f).exists() for f in ("tokenizer.json", "tokenizer_config.json"))
     tokenizer = "" if own else (cfg.model.tokenizer or cfg.model.path)
-    return load(dataclasses.replace(cfg.model, path=path, tokenizer=tokenizer), cfg.calls)
+    with loading_errors(path):
+        return load(dataclasses.replace(cfg.model, path=path, tokenizer=tokenizer), cfg.calls)

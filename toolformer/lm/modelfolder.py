@@ -33,13 +33,13 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
-import shutil
 import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from toolformer.lm.foldertrust import OUTSIDE, TRUST_FLAG, FolderTrust, escape, tool_data
+from toolformer.lm.folderfiles import check_own_files, read_folder_json
+from toolformer.lm.foldertrust import OUTSIDE, TRUST_FLAG, FolderTrust, escape, shown, tool_data
+from toolformer.tools.datafiles import copy_data, pin, pinned, remove_data
 
 SPEC_FILE = "toolformer.json"
 FORMAT = 1
@@ -81,26 +81,6 @@ def _sha256(path: Path) -> str | None:
     return h.hexdigest()
 
 
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path)
-    elif path.exists() or path.is_symlink():
-        path.unlink()
-
-
-def _copy(src: Path, dest: Path) -> None:
-    """Copy a file or folder over ``dest`` through a temporary name, with its
-    modification times (a BM25 index is valid for its file's size and time)."""
-    tmp = dest.with_name(dest.name + ".tmp")
-    _remove(tmp)
-    if src.is_dir():
-        shutil.copytree(src, tmp)
-    else:
-        shutil.copy2(src, tmp)
-    _remove(dest)
-    os.replace(tmp, dest)
-
-
 def _record_data(tools_cfg, out: Path, max_bytes: int, warn) -> tuple[dict, dict]:
     """Copy (up to ``max_bytes``) or reference the data of every enabled tool:
     (data key -> recorded path, data key -> record)."""
@@ -114,6 +94,9 @@ def _record_data(tools_cfg, out: Path, max_bytes: int, warn) -> tuple[dict, dict
             records[key] = {"tool": tool, "copied": False, "source": "", "bytes": None, "sha256": None}
             continue
         src = Path(value).expanduser().resolve()
+        if pinned(value) and str(src) != value:  # loaded from a folder, since swapped for a link
+            raise ValueError(f"tools.{key}: {value} now leads to {src}, not the file {pinned(value)} named when it "
+                             "was loaded")
         if not src.exists():
             warn(f"tools.{key}: {src}, the data of tool {tool}, does not exist; recorded by its path: the folder "
                  "cannot be used with this tool until it does")
@@ -131,14 +114,14 @@ def _record_data(tools_cfg, out: Path, max_bytes: int, warn) -> tuple[dict, dict
                 kept.add(target.name)
                 if part.resolve() != target.resolve():
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    _copy(part, target)
+                    copy_data(part, target)
             paths[key] = f"{DATA_DIR}/{name}"
         records[key] = record
     data_dir = out / DATA_DIR
     if data_dir.is_dir():  # copies of data no longer recorded
         for old in data_dir.iterdir():
             if old.name not in kept:
-                _remove(old)
+                remove_data(old)
     return paths, records
 
 
@@ -182,14 +165,13 @@ def spec_summary(spec: dict) -> str:
 
 
 def read_spec(folder: str | Path) -> dict | None:
-    """The record of ``FOLDER/toolformer.json``; None when the folder has none."""
+    """The record of ``FOLDER/toolformer.json``; None when the folder has none. The folder's own files are
+    checked first: one that is a symlink leading out of it is an error naming it (:mod:`toolformer.lm.folderfiles`)."""
+    check_own_files(folder)
     path = Path(folder) / SPEC_FILE
     if not path.is_file():
         return None
-    try:
-        spec = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    spec = read_folder_json(path)  # the folder's own file, not a link out of it; deep JSON is an error
     if not isinstance(spec, dict) or not isinstance(spec.get("format"), int):
         raise ValueError(f"{path}: no `format` number: not a toolformer model description")
     if spec["format"] > FORMAT:
@@ -218,17 +200,23 @@ def screen(spec: dict, folder: str | Path, trust: bool = False) -> tuple[dict, F
         raise ValueError(f"{where}: tools.settings: expected an object")
     tools = {"enabled": spec["tools"].get("enabled", []), **settings}
     trust_info = FolderTrust(where, trust)
-    for key, _kind in tool_data().values():
+    for key, kind in tool_data().values():
         value = tools.get(key)
         if not value or not isinstance(value, str):
             continue
-        why = escape(folder, value)
-        tools[key] = str(Path(value).expanduser().resolve()) if Path(value).is_absolute() or why \
-            else str((folder / value).resolve())
+        try:
+            why = escape(folder, value)
+        except ValueError as e:
+            raise ValueError(f"{where}: tools.{key}: {e}") from None
+        named = Path(value).expanduser()
+        named = named if named.is_absolute() else folder / named  # relative to the folder, never to the cwd
+        tools[key] = str(named.resolve())
         if why:
-            trust_info.outside[key] = (tools[key], why)
+            trust_info.outside[key] = (str(named), why)
             if not trust:  # marked until FolderTrust.enforce: refused if still the folder's when its tool is used
-                tools[key] = OUTSIDE + tools[key]
+                tools[key] = OUTSIDE + str(named)
+        elif kind == "file":
+            pin(tools[key], where)  # the tool reads the file checked here, and no other
     recorded = from_dict(ToolsConfig, tools, where, "tools.")  # the record as written is checked, trusted or not
     trust_info.servers, trust_info.side_effects = recorded.mcp_servers, recorded.allow_side_effects
     if not trust:
@@ -268,9 +256,17 @@ def with_folder_tools(cfg, folder: str | Path, trust: bool = False):
     out.tools = from_dict(ToolsConfig, merge(asdict(cfg.tools), base["tools"]), where, "tools.")
     out.calls = from_dict(CallsConfig, merge(asdict(cfg.calls), base["calls"]), where, "calls.")
     for key, value in own.items():  # a path outside the folder that the user's own config names is theirs
-        if value and str(Path(value).expanduser().resolve()) == trust_info.outside[key][0]:
-            setattr(out.tools, key, trust_info.outside.pop(key)[0])
+        target = str(Path(trust_info.outside[key][0]).resolve())
+        if value and str(Path(value).expanduser().resolve()) == target:
+            setattr(out.tools, key, target)
+            del trust_info.outside[key]
     return out, spec, trust_info
+
+
+def _names(recorded, path: str) -> bool:
+    """The folder's record ``recorded`` (as :func:`screen` gives it, maybe marked outside) names ``path``."""
+    value = str(recorded).removeprefix(OUTSIDE)
+    return bool(value) and (value == path or str(Path(value).resolve()) == path)
 
 
 def check_tool_data(tools_cfg, folder: str | Path, spec: dict | None) -> list[str]:
@@ -283,9 +279,13 @@ def check_tool_data(tools_cfg, folder: str | Path, spec: dict | None) -> list[st
         path = getattr(tools_cfg, key)
         if not path:
             continue
-        ours = spec is not None and str(recorded.get(key, "")).removeprefix(OUTSIDE) == path
+        ours = spec is not None and _names(recorded.get(key, ""), path)
         where = f"recorded in {Path(folder) / SPEC_FILE}" if ours else "set by the config, --set or the defaults"
-        if not Path(path).expanduser().exists():
+        try:
+            found = Path(path).expanduser().exists()
+        except OSError as e:  # a name too long to look up
+            raise ValueError(f"tools.{key}: {shown(path)} ({where}): {e.strerror}") from None
+        if not found:
             raise FileNotFoundError(f"{path}: the data of tool {tool} (tools.{key}, {where}) does not exist")
         rec = spec["tools"].get("data", {}).get(key, {}) if ours and spec is not None else {}
         if rec.get("bytes") is not None and not rec.get("copied") and _size(Path(path)) != rec["bytes"]:
@@ -307,8 +307,10 @@ def tool_setup(cfg, folder: str | Path, spec: dict | None, disabled: bool = Fals
     for tool, key, _kind in data_keys(cfg.tools.enabled):
         path = getattr(cfg.tools, key)
         rec = spec["tools"].get("data", {}).get(key, {}) if spec else {}
-        if spec and path and str(recorded["tools"].get(key, "")).removeprefix(OUTSIDE) == path:
-            origin = "copied into the model folder" if rec.get("copied") else "recorded by the model folder"
+        if spec and path and _names(recorded["tools"].get(key, ""), path):
+            named, why = trust.outside.get(key, (path, "")) if trust else (path, "")
+            origin = (f"recorded by the model folder as {named}, {why}" if named != path  # a link followed, trusted
+                      else "copied into the model folder" if rec.get("copied") else "recorded by the model folder")
         else:
             origin = "default" if path == getattr(ToolsConfig(), key) else "set by the config"
         data[tool] = {"key": f"tools.{key}", "path": str(Path(path).resolve()) if path else "", "origin": origin}

@@ -152,16 +152,32 @@ class StageFolder:
                                  f"{self.rebuild}")
         for rel, listed in files.items():
             if only is None or rel == only:
-                self._check_file(self.dir / rel, listed)
+                self._check_file(self._listed(rel), listed)
         if only is None:
             extra = [p for rel, p in self.checked_files().items() if rel not in files]
             if extra:
                 raise IntegrityError(f"{extra[0]}: not listed in {MANIFEST} (added after the stage finished): "
                                      f"{self.rebuild}")
 
+    def _listed(self, rel: str) -> Path:
+        """The file a manifest lists as ``rel``: a file of records (:data:`CHECKED`) inside the stage's folder,
+        else IntegrityError naming the manifest (no absolute path, no ``..``: nothing outside is opened)."""
+        parts = Path(rel).parts
+        if Path(rel).is_absolute() or ".." in parts or not parts or not any(Path(rel).match(p) for p in CHECKED):
+            raise IntegrityError(f"{self.manifest_path}: lists {rel!r}, not a file of records inside {self.dir}: "
+                                 f"{self.rebuild}")
+        return self.dir / rel
+
     def _check_file(self, path: Path, listed: dict) -> None:
-        """``path`` has the record count and sha256 its manifest entry ``listed`` gives."""
+        """``path`` has the record count and sha256 its manifest entry ``listed`` gives, and is a file the stage
+        wrote: a symlink (on the way to it inside the stage's folder too) is an IntegrityError, whatever it
+        leads to."""
         n = listed.get("records")
+        link = next((p for p in (path, *path.parents) if p != self.dir and self.dir in p.parents and p.is_symlink()),
+                    None)
+        if link is not None:
+            raise IntegrityError(f"{link}: a symlink (to {link.resolve()}), not a file the stage wrote: "
+                                 f"{self.rebuild}")
         if not path.is_file():
             raise IntegrityError(f"{path}: missing, {MANIFEST} says it has {n} records: {self.rebuild}")
         got = file_digest(path)

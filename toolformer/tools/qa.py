@@ -4,7 +4,7 @@ The paper used a retrieval-augmented neural QA model; this tool is the
 deterministic, offline counterpart: BM25 retrieval over the facts
 (subject, relation, object and an optional sentence), then extraction of the
 object of the best fact whose subject the question names. The knowledge file is read as WikiSearch reads its
-collection (:func:`toolformer.tools.wikisearch.read_collection`: a regular file, capped in size).
+collection (:func:`toolformer.tools.wikisearch.read_data`: a regular file, capped in size, opened once).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
-from toolformer.tools.wikisearch import BM25Index, _stamp, index_cache, read_collection, tokenize_words
+from toolformer.tools.wikisearch import BM25Index, index_cache, read_data, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
 # fact's sentence and say nothing of the relation asked for. Question words
@@ -64,9 +64,9 @@ class QA(Tool):
     def _load(self) -> None:
         with self._loading, uninterrupted():  # the read is capped; a call given up on still leaves it loaded
             if self._index is None:
-                self._facts = read_collection(self.path, ("subject", "relation", "object"), "tools.knowledge")
+                self._facts, stamp = read_data(self.path, ("subject", "relation", "object"), "tools.knowledge")
                 texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
-                self._index = BM25Index(texts, index_cache(self.path), _stamp(self.path))
+                self._index = BM25Index(texts, index_cache(self.path), stamp)
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         question = tool_input.strip()

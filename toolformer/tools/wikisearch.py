@@ -17,6 +17,7 @@ from pathlib import Path
 from toolformer.config.load import share_path
 from toolformer.config.text import decode_utf8
 from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
+from toolformer.tools.datafiles import INDEX_SUFFIX, load_index, open_data, pinned, save_index
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -32,6 +33,7 @@ def _check_regular(path: Path, st: os.stat_result, hint: str) -> None:
     """Refuse a data file that is not a regular file of at most MAX_DATA_BYTES."""
     if not stat.S_ISREG(st.st_mode):
         kind = ("a folder" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                else "a symlink (a model folder's data is read only from inside it)" if stat.S_ISLNK(st.st_mode)
                 else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode) else "a socket")
         raise ToolError("bad_data", f"{path}: {kind}, not a regular file", hint)
     if st.st_size > MAX_DATA_BYTES:
@@ -54,26 +56,34 @@ def read_collection(path: str | Path, required: tuple[str, ...], setting: str = 
     """A tool's JSONL collection; a missing file, or one that is not a regular file of at most MAX_DATA_BYTES,
     is the tool's error naming the path (its hint names the ``setting`` that gives it); a bad line or a record
     without a ``required`` key is a ValueError naming the file and line."""
+    return read_data(path, required, setting)[0]
+
+
+def read_data(path: str | Path, required: tuple[str, ...], setting: str) -> tuple[list[dict], str]:
+    """(:func:`read_collection`, the stamp of the file read: its size and modification time), the file opened
+    once (a model folder's through a descriptor checked after opening: :mod:`toolformer.tools.datafiles`)."""
     from toolformer.rundir.files import jsonl_records
 
     path = Path(path)
     hint = f"{setting}: a JSONL file of at most {MAX_DATA_BYTES:,} bytes"
     try:
-        _check_regular(path, path.stat(), hint)  # before opening: opening a FIFO waits for a writer
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        # Before opening (opening a FIFO waits for a writer); a model folder's file is not followed out of it.
+        _check_regular(path, os.stat(path, follow_symlinks=not pinned(path)), hint)
+        fd = open_data(path, hint)
     except FileNotFoundError:
         raise ToolError("missing_data", f"{path}: file not found", hint) from None
     except OSError as e:
         raise ToolError("bad_data", f"{path}: cannot be read: {e.strerror}", hint) from None
     out = []
     with open(fd, "rb") as f:
-        _check_regular(path, os.fstat(fd), hint)  # the file opened is the one checked
+        st = os.fstat(fd)
+        _check_regular(path, st, hint)  # the file opened is the one checked
         for n, rec in jsonl_records(_lines(f, path), path):
             missing = [k for k in required if k not in rec]
             if missing:
                 raise ValueError(f"{path}:{n}: missing key(s) {', '.join(map(repr, missing))}")
             out.append(rec)
-    return out
+    return out, f"{st.st_size}:{st.st_mtime_ns}"
 
 
 class BM25Index:
@@ -84,19 +94,13 @@ class BM25Index:
         import bm25s
 
         self.size = len(texts)
-        stamp_file = cache_dir / "stamp.txt" if cache_dir else None
-        if stamp_file is not None and stamp_file.exists() and stamp_file.read_text() == stamp:
-            self.retriever = bm25s.BM25.load(str(cache_dir))
-            return
-        self.retriever = bm25s.BM25()
-        self.retriever.index([tokenize_words(t) for t in texts], show_progress=False)
-        if cache_dir and stamp_file is not None:
-            try:
-                cache_dir.mkdir(parents=True, exist_ok=True)
-                self.retriever.save(str(cache_dir))
-                stamp_file.write_text(stamp)
-            except OSError:
-                pass  # a read-only data folder: keep the index in memory only
+        saved = load_index(cache_dir, stamp) if cache_dir else None
+        if saved is None:
+            saved = bm25s.BM25()
+            saved.index([tokenize_words(t) for t in texts], show_progress=False)
+            if cache_dir:
+                save_index(saved, cache_dir, stamp)
+        self.retriever = saved
 
     def search(self, query: str, k: int) -> list[tuple[int, float]]:
         words = tokenize_words(query)
@@ -113,12 +117,7 @@ def index_cache(path: Path) -> Path | None:
     not written into."""
     if share_path().resolve() in path.resolve().parents:
         return None
-    return path.with_name(path.name + ".bm25")
-
-
-def _stamp(path: Path) -> str:
-    st = path.stat()
-    return f"{st.st_size}:{st.st_mtime_ns}"
+    return path.with_name(path.name + INDEX_SUFFIX)
 
 
 class WikiSearch(Tool):
@@ -156,10 +155,9 @@ class WikiSearch(Tool):
     def _load(self) -> None:
         with self._loading, uninterrupted():  # the read is capped; a call given up on still leaves it loaded
             if self._index is None:
-                self._docs = read_collection(self.path, ("title", "text"))
-                cache = index_cache(self.path)
-                self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache,
-                                        _stamp(self.path))
+                self._docs, stamp = read_data(self.path, ("title", "text"), "tools.collection")
+                self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], index_cache(self.path),
+                                        stamp)
 
     def snippet(self, doc: dict) -> str:
         text = " ".join(doc["text"].split())
