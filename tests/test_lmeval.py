@@ -209,3 +209,12 @@ def test_without_lm_eval_the_package_works_and_says_what_to_install(monkeypatch,
 
     with pytest.raises(ImportError, match=r"toolformer\[lmeval\]"):
         pkg.register()
+
+
+def test_bench_lmeval_names_a_missing_model_folder(tmp_path, capsys):
+    """``toolformer bench --lmeval`` (lm-eval against evaluate on the same items) refuses a model folder that is not
+    there in one line; it is run by hand, its ratio is no test."""
+    assert main(["bench", "--lmeval", "--config", str(ROOT / "configs" / "tiny.yaml"), "--model",
+                 str(tmp_path / "none"), "--items", "2"]) == 2
+    assert capsys.readouterr().err.strip() == f"toolformer: error: --model {tmp_path / 'none'}: no such model folder " \
+                                              "(run the pipeline first, or name one)"
