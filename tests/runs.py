@@ -1,6 +1,7 @@
 """Quick pipeline runs for tests: the settings of a short run on the shipped corpus, what a run folder holds,
-build stages of written-out sums (with and without calls), generated corpus text, and a command stopped by
-SIGTERM. (The conftest fixture ``quick_run`` is one uninterrupted run with these settings.)"""
+build stages of written-out sums (with and without calls), the tiny config's first stages up to build, generated
+corpus text, and a command stopped by SIGTERM. (The conftest fixture ``quick_run`` is one uninterrupted run with
+these settings.)"""
 
 from __future__ import annotations
 
@@ -27,6 +28,21 @@ def quick_overrides(model_dir, run_dir, *more) -> list[str]:
     """A quick pipeline: the Calculator's rule-based proposer, shards of 4 documents."""
     return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={CORPUS}", "shard_size=4",
             "tools.enabled=[Calculator]", "sample.method={Calculator: rules}", "filter.tau_filter=0.0", *more]
+
+
+def tiny_built_run(model_dir, run_dir: Path, tau: float = 0.0) -> Path:
+    """sample, execute, filter and build of the tiny config on the shipped data: the rule proposers of Calculator and
+    QA, 4 documents a shard, ``tau`` low enough that the tiny random model's filter keeps some calls and rejects
+    others. Returns ``run_dir``."""
+    from toolformer.cli.app import main
+
+    overrides = [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={CORPUS}",
+                 f"tools.collection={ROOT / 'data/collection.jsonl'}",
+                 f"tools.knowledge={ROOT / 'data/knowledge.jsonl'}", "shard_size=4", f"filter.tau_filter={tau}",
+                 "tools.enabled=[Calculator, QA]", "sample.method={Calculator: rules, QA: rules}",
+                 "stages=[sample, execute, filter, build]"]
+    assert main(["run", "--config", str(ROOT / "configs/tiny.yaml"), *overrides]) == 0
+    return run_dir
 
 
 def snapshot(folder: Path) -> dict:

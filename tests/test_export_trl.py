@@ -10,9 +10,10 @@ import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, built_run_with_two_calls, filter_record, read_jsonl, shard_records
+from helpers import built_run_with_two_calls, filter_record, read_jsonl, shard_records
 from jsonschema import Draft202012Validator
 
+from runs import tiny_built_run
 from toolformer.cli.app import main
 from toolformer.cli.parser import TRL_EXPORT_FORMATS
 from toolformer.config.schema import PipelineConfig
@@ -29,22 +30,15 @@ STYLE = get_style("plain")
 
 @pytest.fixture(scope="module")
 def run_dir(tiny_model_dir, tmp_path_factory) -> Path:
-    """sample, execute, filter and build of the tiny config (the rule proposers only, 4 documents a shard)."""
-    run_dir = tmp_path_factory.mktemp("trl") / "run"
-    overrides = [f"run_dir={run_dir}", f"model.path={tiny_model_dir}", f"corpus.path={ROOT / 'data/corpus.jsonl'}",
-                 f"tools.collection={ROOT / 'data/collection.jsonl'}",
-                 f"tools.knowledge={ROOT / 'data/knowledge.jsonl'}", "shard_size=4", f"filter.tau_filter={TAU}",
-                 "tools.enabled=[Calculator, QA]", "sample.method={Calculator: rules, QA: rules}",
-                 "stages=[sample, execute, filter, build]"]
-    assert main(["run", "--config", str(ROOT / "configs/tiny.yaml"), *overrides]) == 0
-    return run_dir
+    return tiny_built_run(tiny_model_dir, tmp_path_factory.mktemp("trl") / "run", TAU)
 
 
 def load_both(folder: Path) -> tuple[list[dict], list[dict], list[dict]]:
     """The export's rows: from data.jsonl as written, through load_dataset("json"), through load_from_disk."""
     from datasets import load_dataset, load_from_disk
 
-    assert sorted(p.name for p in folder.iterdir()) == ["data.jsonl", "dataset"]
+    assert sorted(p.name for p in folder.iterdir()) in (["data.jsonl", "dataset"],
+                                                         ["chat_template.jinja", "data.jsonl", "dataset"])
     written = read_jsonl(folder / "data.jsonl")
     loaded = list(load_dataset("json", data_files=str(folder / "data.jsonl"), split="train"))
     return written, loaded, list(load_from_disk(str(folder / "dataset")))
@@ -99,7 +93,7 @@ def check_conversation(row: dict) -> list[dict]:
     return segs
 
 
-def test_sft_conversations_are_the_built_rows(run_dir, capsys):
+def test_sft_conversations_are_the_built_rows(run_dir, tok, capsys):
     capsys.readouterr()
     assert main(["export", str(run_dir), "--format", "trl-sft"]) == 0
     folder = run_dir / "export/trl-sft"
@@ -108,12 +102,16 @@ def test_sft_conversations_are_the_built_rows(run_dir, capsys):
     assert on_disk == written and [without_nulls(r) for r in loaded] == written
     rows = built_rows(run_dir)
     assert len(written) == len(rows) and sum(r["augmented"] for r in rows) > 0
-    called = sorted({c["tool"] for r in rows for c in json.loads(r["calls"])})
+    template = (folder / "chat_template.jinja").read_text()
+    header = "Tools you may call:\n" + "\n".join(json.dumps(t, ensure_ascii=False) for t in written[0]["tools"])
     for record, row in zip(written, rows):
         segs = check_conversation(record)
         assert inline_text(segs, STYLE, " ") == row["text"]  # the conversation is the built row, calls and all
-        assert [t["function"]["name"] for t in record["tools"]] == called  # the same tools on every row
+        assert [t["function"]["name"] for t in record["tools"]] == ["Calculator", "QA"]  # tools.enabled, every row
         assert any(s["type"] == "call" for s in segs) == row["augmented"]
+        text = tok.apply_chat_template(record["messages"], tools=record["tools"], chat_template=template,
+                                       tokenize=False)
+        assert text == f"{header}\n\n{row['text']}"  # the template the folder carries writes the built row
 
 
 def test_sft_one_conversation_exactly(tmp_path):
@@ -133,7 +131,7 @@ def test_sft_one_conversation_exactly(tmp_path):
         {"role": "assistant", "content": "54 dollars."}]
     assert rows[1]["messages"] == [{"role": "user", "content": USER_TURN},
                                    {"role": "assistant", "content": "Nothing to compute."}]
-    assert [t["function"]["name"] for t in rows[1]["tools"]] == ["Calculator", "Calendar"] and \
+    assert [t["function"]["name"] for t in rows[1]["tools"]] == PipelineConfig().tools.enabled and \
         rows[0]["tools"] == rows[1]["tools"]
 
 

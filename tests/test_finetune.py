@@ -5,11 +5,13 @@ import json
 import pytest
 import torch
 from datasets import Dataset
+from huggingface_hub import ModelCard
 from runs import write_sums_with_calls
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from toolformer.config.load import load_config
 from toolformer.config.schema import PipelineConfig
+from toolformer.lm.modelfolder import card_front_matter
 from toolformer.stages.finetune import run_stage, split_dev
 
 
@@ -42,6 +44,8 @@ def test_finetune_writes_a_reloadable_tuned_model(tmp_path, tiny_model_dir, caps
     assert c["best_step"] in (2, 4) and c["best_dev_perplexity"] > 1
     card = (out / "README.md").read_text()
     assert "12 with calls" in card and "best at step" in card and "learning_rate: 0.003" in card
+    meta = ModelCard(card).data.to_dict()  # the hub's parser of the YAML header
+    assert meta == {"library_name": "transformers", "tags": ["toolformer", "tool-use", "text-generation"]}
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 4 and state["best_step"] == c["best_step"]
 
@@ -101,6 +105,17 @@ def test_bad_data_set(tmp_path, tiny_model_dir):
     cfg = config(tmp_path, tiny_model_dir)
     with pytest.raises(FileNotFoundError, match="build"):
         run_stage(cfg)
+
+
+def test_model_card_names_only_hub_ids(tmp_path):
+    """base_model and datasets name a hub repository or nothing: a local path is no metadata a reader can follow."""
+    hub = ModelCard(card_front_matter("Qwen/Qwen2.5-0.5B", "allenai/c4") + "# card\n").data.to_dict()
+    assert hub == {"library_name": "transformers", "tags": ["toolformer", "tool-use", "text-generation"],
+                   "base_model": "Qwen/Qwen2.5-0.5B", "datasets": ["allenai/c4"]}
+    (tmp_path / "model").mkdir()
+    local = ModelCard(card_front_matter(str(tmp_path / "model"), "data/corpus.jsonl") + "# card\n").data.to_dict()
+    assert "base_model" not in local and "datasets" not in local
+    assert ModelCard(card_front_matter("runs/tiny-model") + "x").data.to_dict().get("base_model") is None
 
 
 def test_split_dev():

@@ -151,6 +151,47 @@ def test_toolformer_lm_eval_runs_lm_evals_cli_with_the_model(tiny_model_dir, tmp
     assert "bogus" in capsys.readouterr().err
 
 
+def test_chat_template_refused_and_stops_during_task_indexing(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """``--apply_chat_template`` is refused in one line (exit 2): the model continues plain text. SIGTERM while
+    lm-eval indexes its tasks, inside an ``except Exception`` of lm-eval's (as it reads task files), still stops
+    the command with the one line and 143. The model takes its threads as the evaluate stage does."""
+    import os
+    import signal
+
+    import lm_eval.tasks
+
+    import toolformer.integrations.lmeval_model as model_module
+
+    stop = {"now": False}
+
+    class LocalTasks(lm_eval.tasks.TaskManager):
+        def __init__(self, *args, **kwargs):
+            try:
+                if stop["now"]:
+                    os.kill(os.getpid(), signal.SIGTERM)
+            except Exception:  # what lm-eval does with a task file it cannot read
+                pass
+            super().__init__(*args, **{**kwargs, "include_defaults": False})
+
+    threads: list[int] = []
+    monkeypatch.setattr(lm_eval.tasks, "TaskManager", LocalTasks)
+    monkeypatch.setattr(model_module, "set_threads", threads.append)
+    assert main(["tasks", "lmeval", str(FIX / "SVAMP.json"), "--name", "svamp_c", "--out", str(tmp_path / "tasks"),
+                 "--max-new-tokens", "4"]) == 0
+    common = ["run", "--model", "toolformer", "--tasks", "svamp_c", "--include_path", str(tmp_path / "tasks"),
+              "--limit", "1", "--device", "cpu", "--model_args", f"pretrained={tiny_model_dir},tools=off"]
+    capsys.readouterr()
+    assert main(["lm-eval", *common, "--apply_chat_template"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and [line for line in err.splitlines() if line.startswith("toolformer:")] == [
+        f"toolformer: error: {model_module.NO_CHAT}"]
+    assert threads == [0]  # model.threads: 0, the cores following the load
+    stop["now"], before = True, signal.getsignal(signal.SIGTERM)
+    assert main(["lm-eval", *common]) == 143
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("toolformer: stopped by SIGTERM; kept ")
+    assert signal.getsignal(signal.SIGTERM) == before  # the handlers are given back
+
+
 def test_without_lm_eval_the_package_works_and_says_what_to_install(monkeypatch, capsys):
     """lm-eval is imported only by toolformer/integrations/lmeval_model.py (at its top) and inside functions of
     toolformer/integrations/lmeval.py; without it the command and the import say how to install it."""
@@ -168,3 +209,12 @@ def test_without_lm_eval_the_package_works_and_says_what_to_install(monkeypatch,
 
     with pytest.raises(ImportError, match=r"toolformer\[lmeval\]"):
         pkg.register()
+
+
+def test_bench_lmeval_names_a_missing_model_folder(tmp_path, capsys):
+    """``toolformer bench --lmeval`` (lm-eval against evaluate on the same items) refuses a model folder that is not
+    there in one line; it is run by hand, its ratio is no test."""
+    assert main(["bench", "--lmeval", "--config", str(ROOT / "configs" / "tiny.yaml"), "--model",
+                 str(tmp_path / "none"), "--items", "2"]) == 2
+    assert capsys.readouterr().err.strip() == f"toolformer: error: --model {tmp_path / 'none'}: no such model folder " \
+                                              "(run the pipeline first, or name one)"

@@ -182,3 +182,5 @@ def test_same_accuracy_through_evaluate_score_and_lm_eval(demo_world, tmp_path):
         accuracy = rows["toolformer"]["tasks"][name]["accuracy"]
         assert sum(r["correct"] for r in scored) / len(scored) == accuracy
         assert out["results"][name]["acc,none"] == pytest.approx(accuracy, abs=1e-12)
+        call_rate = rows["toolformer"]["tasks"][name]["call_rate"]  # one definition: tasks.score.holds_call
+        assert out["results"][name]["call_rate,none"] == pytest.approx(call_rate, abs=1e-12) and call_rate > 0

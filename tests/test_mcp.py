@@ -15,6 +15,7 @@ def test_mcp_serve_lists_and_calls_the_tools(capsys):
     import anyio
     from mcp.client.session import ClientSession
     from mcp.client.stdio import stdio_client
+    from mcp.shared.exceptions import MCPError
 
     from toolformer.cli.app import main
 
@@ -27,7 +28,11 @@ def test_mcp_serve_lists_and_calls_the_tools(capsys):
             tools = (await s.list_tools()).tools
             calls = [await s.call_tool(name, args) for name, args in (
                 ("Calculator", {"input": "1,250 + 3 * 4"}), ("Calculator", {"input": "3 +* 4"}),
-                ("Calendar", {}), ("Nope", {"input": "x"}))]
+                ("Calendar", {}))]
+            try:
+                await s.call_tool("Nope", {"input": "x"})
+            except MCPError as e:  # the MCP specification: an unknown tool is a protocol error, not a tool result
+                calls.append(e)
             return tools, calls
 
     tools, (ok, bad, today, unknown) = anyio.run(session)
@@ -39,7 +44,7 @@ def test_mcp_serve_lists_and_calls_the_tools(capsys):
     assert bad.is_error and bad.structured_content["code"] == "syntax"
     assert "Calculator(" in bad.structured_content["hint"]
     assert not today.is_error and today.content[0].text.startswith("Today is ")
-    assert unknown.is_error and unknown.structured_content["code"] == "unknown_tool"
+    assert (unknown.code, unknown.message) == (-32602, "Unknown tool: Nope")
 
 
 def test_mcp_serve_refuses_arguments_its_schemas_refuse_and_inputs_over_the_limits():

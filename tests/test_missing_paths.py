@@ -52,3 +52,29 @@ def test_hub_id_with_the_hub_unreachable_fails_fast(tiny_model_dir, tmp_path):
     finally:
         silent.close()
     assert not (tmp_path / "run").exists()
+
+
+def test_evaluate_needs_the_configs_tool_data_only_for_rows_that_use_it(tmp_path, monkeypatch):
+    """A tuned folder that records its tools (toolformer.json) brings its own QA data: evaluate does not ask for
+    the config's tools.knowledge, which the working folder lacks; a row that uses the config's tools does."""
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.rundir.inputs import MODEL_RECORD, check_reads
+
+    monkeypatch.chdir(tmp_path)  # no data/knowledge.jsonl here
+    tuned = tmp_path / "tuned"
+    tuned.mkdir()
+    (tmp_path / "base").mkdir()
+    cfg = PipelineConfig(run_dir=str(tmp_path / "run"))
+    cfg.model.path, cfg.finetune.output_dir = str(tmp_path / "base"), str(tuned)
+    cfg.evaluate.tasks, cfg.evaluate.perplexity_path = [], ""
+    cfg.tools.enabled = ["Calculator", "QA"]
+    with pytest.raises(FileNotFoundError, match="tools.knowledge"):  # no record yet: the config's tools
+        check_reads(cfg, ["evaluate"])
+    (tuned / MODEL_RECORD).write_text("{}")
+    check_reads(cfg, ["evaluate"])  # the row reads what its folder records
+    cfg.evaluate.tools_from = "config"
+    with pytest.raises(FileNotFoundError, match="tools.knowledge"):
+        check_reads(cfg, ["evaluate"])
+    cfg.evaluate.tools_from, cfg.evaluate.rows = "model", ["base", "toolformer_disabled"]
+    (tuned / MODEL_RECORD).unlink()
+    check_reads(cfg, ["evaluate"])  # no row calls tools

@@ -37,6 +37,7 @@ from toolformer.lm.generate import Generation, generate_with_tools, load_model_f
 from toolformer.lm.modelfolder import (
     DECODING,
     SPEC_FILE,
+    card_front_matter,
     card_section,
     check_tool_data,
     missing_note,
@@ -209,8 +210,9 @@ class ToolformerModel:
         limit = self.config.finetune.tool_data_max_mb if max_data_mb is None else max_data_mb
         base = (self.spec or {}).get("base_model") or self.folder
         spec = write_spec(self.config, out, limit, base_model=base, tokenizer=self.tokenizer)
-        atomic_write_text(out / "README.md", f"# Toolformer model\n\nSaved by `ToolformerModel.save_pretrained` from "
-                                             f"`{self.folder}` (base model `{base}`).\n\n" + card_section(spec))
+        atomic_write_text(out / "README.md", f"{card_front_matter(base)}# Toolformer model\n\nSaved by "
+                                             f"`ToolformerModel.save_pretrained` from `{self.folder}` (base model "
+                                             f"`{base}`).\n\n" + card_section(spec))
         return out
 
     def __repr__(self) -> str:

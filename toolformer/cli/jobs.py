@@ -41,6 +41,10 @@ def check_start_model(sw) -> None:
 
 
 def cmd_bench(args) -> int:
+    if "--lmeval" in args.args:
+        from toolformer.bench.lmeval_parity import main as lmeval_main
+
+        return lmeval_main([a for a in args.args if a != "--lmeval"])
     if "--contention" in args.args:
         from toolformer.bench.contention import main as contention_main
 

@@ -258,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools_commands(sub)
     _add_task_commands(sub)
     _add_preflight_command(sub)
-    p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed")
+    p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed (--contention: "
+                                     "shared cores; --lmeval: toolformer lm-eval against evaluate on the same items)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
     return parser
 

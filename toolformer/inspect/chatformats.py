@@ -15,7 +15,14 @@ Formats (one JSON object per line):
   same user turn first (the API wants a user message first), then assistant
   messages with content blocks ``text`` and ``tool_use`` (``id``, ``name``,
   ``input``) alternating with user messages holding one ``tool_result``
-  block (``tool_use_id``, ``content``).
+  block (``tool_use_id``, ``content``). The API refuses a text block of
+  whitespace alone and a last assistant turn that ends in whitespace: such a
+  block is left out and the last turn's text stripped at its end (the only
+  text the format loses).
+
+Both give every record the same ``tools``: every usable tool the run offers
+(``tools.enabled``, then any other tool its rows call), rows without a call
+included, so the list never tells which rows call.
 * ``jsonl``: this project's neutral form, ``{"id", "segments"}`` with
   ``{"type": "text", "text"}`` and ``{"type": "call", "tool", "arguments",
   "result"}`` segments.
@@ -106,9 +113,9 @@ def turns(segs: list[dict]) -> Iterator[tuple[str, dict | None]]:
         yield pending, None
 
 
-def used_tools(segs: list[dict], tools: dict[str, ToolInfo], fmt: str) -> list[dict]:
-    names = dict.fromkeys(s["tool"] for s in segs if s["type"] == "call")
-    return [tools[n].entry[fmt] for n in names]
+def offered(tools: dict[str, ToolInfo], fmt: str) -> list[dict]:
+    """The catalogue every record of ``fmt`` carries: each tool's entry, in the order of ``tools``."""
+    return [info.entry[fmt] for info in tools.values()]
 
 
 # -- the formats -------------------------------------------------------------------
@@ -124,14 +131,18 @@ def openai_record(segs: list[dict], tools: dict[str, ToolInfo]) -> dict:
              "function": {"name": tools[call["tool"]].wire,
                           "arguments": json.dumps(call["arguments"], ensure_ascii=False)}}]})
         messages.append({"role": "tool", "tool_call_id": call_id, "content": call["result"]})
-    used = used_tools(segs, tools, "openai")
-    return {"messages": messages, "tools": used} if used else {"messages": messages}
+    catalogue = offered(tools, "openai")
+    return {"messages": messages, "tools": catalogue} if catalogue else {"messages": messages}
 
 
 def anthropic_record(segs: list[dict], tools: dict[str, ToolInfo]) -> dict:
     messages: list[dict] = [{"role": "user", "content": USER_TURN}]
     for k, (text, call) in enumerate(turns(segs)):
-        blocks: list[dict] = [{"type": "text", "text": text}] if text else []
+        if call is None:  # the last turn: the API refuses one that ends in whitespace
+            text = text.rstrip()
+        blocks: list[dict] = [{"type": "text", "text": text}] if text.strip() else []
+        if not blocks and call is None:
+            continue
         if call is not None:
             use_id = f"toolu_{k}"
             blocks.append({"type": "tool_use", "id": use_id, "name": tools[call["tool"]].wire,
@@ -140,8 +151,8 @@ def anthropic_record(segs: list[dict], tools: dict[str, ToolInfo]) -> dict:
         if call is not None:
             messages.append({"role": "user", "content": [
                 {"type": "tool_result", "tool_use_id": use_id, "content": call["result"]}]})
-    used = used_tools(segs, tools, "anthropic")
-    return {"tools": used, "messages": messages} if used else {"messages": messages}
+    catalogue = offered(tools, "anthropic")
+    return {"tools": catalogue, "messages": messages} if catalogue else {"messages": messages}
 
 
 def neutral_record(doc_id: str, segs: list[dict]) -> dict:

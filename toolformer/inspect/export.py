@@ -14,8 +14,9 @@ Formats: :mod:`toolformer.inspect.chatformats`; the TRL data sets (``trl-sft``,
 ``trl-dpo``): :mod:`toolformer.inspect.trl`.
 
 No system message is written: the data is plain text continuation, so the
-whole document is the assistant's text. ``tools`` lists only the tools a
-record calls (and is left out of a record without calls). Tool names go on
+whole document is the assistant's text. ``tools`` is the same on every record
+(:func:`offered_tools`: the run's enabled tools, then any other tool its rows
+call), rows without calls included. Tool names go on
 the wire as :func:`wire_name` writes them (``^[a-zA-Z0-9_-]{1,64}$`` for both
 APIs; a dot, as in an MCP ``server.tool``, becomes ``__``) and come back with
 :func:`tool_name`.
@@ -79,6 +80,15 @@ def load_tools(names: set[str], cfg: PipelineConfig) -> tuple[dict[str, ToolInfo
     for name, tool in built.items():
         usable[name] = ToolInfo(tool, wire_name(name) or name)
     return usable, problems
+
+
+def offered_tools(ds, run_cfg: PipelineConfig) -> tuple[dict[str, ToolInfo], dict[str, tuple[str, str]]]:
+    """The tools every exported row offers, in order: the run's ``tools.enabled``, then any other tool its rows
+    call (sorted), each that can be exported; and why each name that cannot be is left out (:func:`load_tools`)."""
+    called = {c["tool"] for calls in ds["calls"] for c in json.loads(calls or "[]")}
+    order = list(dict.fromkeys([*run_cfg.tools.enabled, *sorted(called)]))
+    tools, problems = load_tools(set(order), run_cfg)
+    return {name: tools[name] for name in order if name in tools}, problems
 
 
 # -- a row as segments ---------------------------------------------------------------
@@ -176,8 +186,7 @@ def export_run(cfg: PipelineConfig, fmt: str, out: str | Path | None = None, kep
     if note:
         print(f"export: {note}")
     style, separator = get_style(run_cfg.calls.style), run_cfg.calls.separator
-    names = {c["tool"] for calls in ds["calls"] for c in json.loads(calls or "[]")}
-    tools, problems = load_tools(names, run_cfg)
+    tools, problems = offered_tools(ds, run_cfg)
     try:
         return write_export(ds, path, fmt, style, separator, tools, problems, kept_only)
     finally:

@@ -7,25 +7,27 @@ temporary name and renamed into it; a folder already there is replaced only when
 export's two entries, and no output may lie inside a stage folder the export reads.
 
 ``trl-sft``: TRL's conversational language-modeling type with tools, one row per row of the built data set
-(``RUN_DIR/build/dataset``, cut into text and calls as :mod:`toolformer.inspect.export` cuts it, rows that
-cannot be exported skipped and counted by reason): ``{"messages", "tools"}``. ``messages`` opens with the user
-turn :data:`~toolformer.inspect.chatformats.USER_TURN`; each call is an assistant message whose ``content`` is
-the text before the call (``""`` when none) and whose ``tool_calls`` is ``[{"type": "function", "function":
-{"name", "arguments"}}]`` with the arguments as a JSON object checked against the tool's schema, answered by
-``{"role": "tool", "name", "content": result}``; an assistant message with the rest of the text ends it. This
-is the message shape of the transformers chat templates (``apply_chat_template(messages, tools=tools)``) and of
-TRL's tool-calling data sets. The document is the assistant's own text, not a user turn to answer: the model is
-trained to write the text and to stop it with a call exactly where the filter found that the call's result helps
-predict what follows, then to go on from the result, which is what the Toolformer data teaches. Cutting the
-document into a user prompt and a reply would teach a call only at the start of a reply. ``tools`` is the same
-on every row: the OpenAI function entries (``{"type": "function", "function": {"name", "description",
-"parameters"}}``, names as :func:`~toolformer.inspect.chatformats.wire_name` writes them) of every usable tool
-the data set calls, so rows without a call teach when not to call while the tools are on offer, and the list
-never tells which rows call. Templates that drop an assistant message's ``content`` when it has ``tool_calls``
-lose the text before each call: check the rendering with the target model's template. ``dataset/`` stores
-``messages`` and ``tools`` as ``List(Json())`` (datasets 4.8 and later), so every message and argument object
-reads back exactly as written; with an older ``datasets`` Arrow infers the columns and the keys a message lacks
-read back as null, which transformers and TRL drop.
+(``RUN_DIR/build/dataset``, cut into text and calls as :mod:`toolformer.inspect.export` cuts it, rows that cannot be
+exported skipped and counted by reason): ``{"messages", "tools"}``. ``messages`` opens with the user turn
+:data:`~toolformer.inspect.chatformats.USER_TURN`; each call is an assistant message whose ``content`` is the text
+before the call (``""`` when none) and whose ``tool_calls`` is ``[{"type": "function", "function": {"name",
+"arguments"}}]`` with the arguments as a JSON object checked against the tool's schema, answered by ``{"role":
+"tool", "name", "content": result}``; an assistant message with the rest of the text ends it. This is the message
+shape of the transformers chat templates (``apply_chat_template(messages, tools=tools)``) and of TRL's tool-calling
+data sets. The document is the assistant's own text, not a user turn to answer: the model is trained to write the
+text and to stop it with a call exactly where the filter found that the call's result helps predict what follows,
+then to go on from the result, which is what the Toolformer data teaches. Cutting the document into a user prompt
+and a reply would teach a call only at the start of a reply. ``tools`` is the same on every row: the OpenAI function
+entries (``{"type": "function", "function": {"name", "description", "parameters"}}``, names as
+:func:`~toolformer.inspect.chatformats.wire_name` writes them) of every tool the run offers
+(:func:`~toolformer.inspect.export.offered_tools`), so rows without a call teach when not to call while the tools
+are on offer, and the list never tells which rows call. The folder carries ``chat_template.jinja``
+(:mod:`toolformer.inspect.chattemplate`), which renders each row as the run's text with its calls inline after a
+header of the tools; the summary says how many tokens that header takes with the run's tokenizer. A model's own
+template that drops an assistant message's ``content`` when it has ``tool_calls`` loses the text before each call.
+``dataset/`` stores ``messages`` and ``tools`` as ``List(Json())`` (datasets 4.8 and later), so every message and
+argument object reads back exactly as written; with an older ``datasets`` Arrow infers the columns and the keys a
+message lacks read back as null, which transformers and TRL drop.
 
 ``trl-dpo``: TRL's standard (plain string) preference type, ``{"prompt", "chosen", "rejected"}``, made from
 the filter stage's judgements (``RUN_DIR/filter`` shards, every candidate with ``kept`` and its losses, checked
@@ -49,7 +51,6 @@ outside its text. Only the filter's first round is read (not the chain stage's l
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections import Counter
@@ -57,13 +58,14 @@ from pathlib import Path
 
 from toolformer.config.schema import PipelineConfig
 from toolformer.corpus.records import margin
-from toolformer.inspect.chatformats import USER_TURN, ToolInfo, turns
+from toolformer.inspect.chatformats import USER_TURN, ToolInfo, offered, turns
+from toolformer.inspect.chattemplate import TEMPLATE_FILE, chat_template, header_tokens
 from toolformer.inspect.export import (
     count_clause,
     exported_segments,
     finished_counts,
-    load_tools,
     new_counts,
+    offered_tools,
     open_dataset,
     summary_line,
 )
@@ -111,16 +113,16 @@ def output_folder(run_dir: Path, fmt: str, out: str | Path | None) -> Path:
         if resolved == stage or stage in resolved.parents:
             raise ValueError(f"--out {path} lies inside {stage}, which export reads; choose another folder")
     if path.is_dir():
-        other = sorted(p.name for p in path.iterdir() if p.name not in (DATA, DATASET))
+        other = sorted(p.name for p in path.iterdir() if p.name not in (DATA, DATASET, TEMPLATE_FILE))
         if other:
             raise ValueError(f"--out {path} holds other files ({', '.join(other[:5])}); name a new or empty folder, "
                              f"or one an earlier {fmt} export wrote")
     return path
 
 
-def write_folder(path: Path, rows: list[dict], features) -> None:
-    """``rows`` as ``path/data.jsonl`` and ``path/dataset`` (save_to_disk), written under a temporary name and
-    renamed into place (an earlier export there is replaced)."""
+def write_folder(path: Path, rows: list[dict], features, files: dict[str, str] | None = None) -> None:
+    """``rows`` as ``path/data.jsonl`` and ``path/dataset`` (save_to_disk), and ``files`` (name -> text), written
+    under a temporary name and renamed into place (an earlier export there is replaced)."""
     from datasets import Dataset
 
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -134,6 +136,8 @@ def write_folder(path: Path, rows: list[dict], features) -> None:
             for row in rows:
                 f.write(dumps(row) + "\n")
         Dataset.from_list(rows, features=features).save_to_disk(str(tmp / DATASET))
+        for name, text in (files or {}).items():
+            (tmp / name).write_text(text, encoding="utf-8")
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)  # nothing partial is left (a full disk, an interrupt)
         if disk_full(e):
@@ -177,17 +181,23 @@ def export_sft(cfg: PipelineConfig, out: str | Path | None, kept_only: bool) -> 
     path = output_folder(run_dir, "trl-sft", out)
     run_cfg = saved_config(cfg)
     style, separator = get_style(run_cfg.calls.style), run_cfg.calls.separator
-    names = {c["tool"] for calls in ds["calls"] for c in json.loads(calls or "[]")}
-    tools, problems = load_tools(names, run_cfg)
-    catalogue = [tools[name].entry["openai"] for name in sorted(tools)]
+    tools, problems = offered_tools(ds, run_cfg)
+    catalogue = offered(tools, "openai")
     counts = new_counts(len(ds))
     try:
         rows = [sft_record(segs, tools, catalogue) for _, segs in
                 exported_segments(ds, "trl-sft", style, separator, tools, problems, kept_only, counts)]
     finally:
         close_tools({name: info.tool for name, info in tools.items()})
-    write_folder(path, rows, sft_features())
-    counts = finished_counts(counts, "trl-sft", path)
+    template = chat_template(style, separator)
+    write_folder(path, rows, sft_features(), {TEMPLATE_FILE: template})
+    tokenizer = run_cfg.model.tokenizer or run_cfg.model.path
+    counts = {**finished_counts(counts, "trl-sft", path), "chat_template": str(path / TEMPLATE_FILE),
+              "header_tokens": header_tokens(template, catalogue, tokenizer)}
+    tokens = (f"its tools header takes {counts['header_tokens']:,} tokens of every row ({tokenizer})"
+              if counts["header_tokens"] is not None else "no local tokenizer to count its tools header with")
+    print(f"export: chat template: SFTConfig(chat_template_path={counts['chat_template']!r}) writes each row as the "
+          f"run's text, calls inline; {tokens}")
     print(summary_line(counts, kept_only))
     return counts
 

@@ -15,8 +15,14 @@ unchanged. From Python, pass an instance: ``lm_eval.simple_evaluate(model=Toolfo
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from toolformer.rundir import stops
 
 MODEL_NAME = "toolformer"
 INSTALL = "pip install 'toolformer[lmeval]'"
@@ -48,17 +54,49 @@ def register() -> type:
     return ToolformerLM
 
 
+class _Signalled(BaseException):
+    """SIGINT or SIGTERM while lm-eval runs. A BaseException, so that lm-eval's own ``except Exception`` blocks
+    (while it indexes its tasks, for one) cannot swallow the stop as they would :class:`~toolformer.rundir.stops.
+    Stopped`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _signalled(signum: int, frame) -> None:
+    raise _Signalled(signum)
+
+
+@contextmanager
+def stops_reach_lm_eval() -> Iterator[None]:
+    """For the block, SIGINT and SIGTERM raise :class:`_Signalled` through lm-eval's code, and leave it as
+    :class:`~toolformer.rundir.stops.Stopped` (the command line's one line, exit 130 or 143)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, _signalled) for s in stops.SIGNALS}
+    try:
+        yield
+    except _Signalled as e:
+        raise stops.Stopped(e.signum) from None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 def run_cli(argv: list[str]) -> int:
     """``toolformer lm-eval ARGS``: lm-eval's command line (``lm-eval ARGS``) with the model registered."""
-    register()
-    from lm_eval.__main__ import cli_evaluate
+    with stops_reach_lm_eval():
+        register()
+        from lm_eval.__main__ import cli_evaluate
 
-    saved = sys.argv
-    sys.argv = ["lm-eval", *argv]
-    try:
-        cli_evaluate()
-    finally:
-        sys.argv = saved
+        saved = sys.argv
+        sys.argv = ["lm-eval", *argv]
+        try:
+            cli_evaluate()
+        finally:
+            sys.argv = saved
     return 0
 
 

@@ -51,13 +51,15 @@ from lm_eval.models.utils import normalize_gen_kwargs
 from tqdm import tqdm
 
 from toolformer.api import ToolformerModel
-from toolformer.lm.modeling import document_start, model_window
+from toolformer.lm.modeling import document_start, model_window, set_threads
 from toolformer.lm.textpos import marker_token_ids
 from toolformer.tools.calls import CallStyle, parse_calls
 
 MODEL_ARGS = ("pretrained", "tools", "top_k", "max_calls", "constrained", "device", "dtype", "batch_size",
               "max_batch_size", "max_gen_toks", "trust_folder_tools", "config")
 SAMPLING_KEYS = {"until", "max_gen_toks", "do_sample", "temperature"}
+NO_CHAT = ("--apply_chat_template: the toolformer model continues plain text with its calls inline, as it was "
+           "tuned; it has no chat turns to apply a template to (leave the option out)")
 
 
 def flag(key: str, value: Any) -> bool:
@@ -128,6 +130,7 @@ class ToolformerLM(LM):
         self.batch_size = ev.batch_size if auto else count("batch_size", batch_size, 1)
         self.model, self.tokenizer = self.tf.model, self.tf.tokenizer
         self._device = next(self.model.parameters()).device
+        set_threads(self.tf.config.model.threads)  # as the evaluate stage: the cores, following the load
         self.window = model_window(self.model, self.tf.config.model)
         self.start_ids = marker_token_ids(self.tokenizer, self.tf.style.start)
         self._ignored: set[str] = set()
@@ -151,6 +154,15 @@ class ToolformerLM(LM):
     @property
     def tokenizer_name(self) -> str:
         return self.tf.folder
+
+    def chat_template(self, chat_template: bool | str = False) -> str | None:
+        """No chat template: ``--apply_chat_template`` is refused (:data:`NO_CHAT`)."""
+        if chat_template:
+            raise ValueError(NO_CHAT)
+        return ""
+
+    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+        raise ValueError(NO_CHAT)
 
     def get_model_info(self) -> dict:
         """What lm-eval records of the model in its results' ``config``."""

@@ -27,8 +27,8 @@ from toolformer.config.evaluation import SAFE_NAME, safe_name
 from toolformer.rundir.files import atomic_write_text
 from toolformer.tasks.formats import KINDS, TaskData, TaskFormatError, TaskItem, load_task
 from toolformer.tasks.metrics import default_max_words, gold_numbers
-from toolformer.tasks.score import score_output
-from toolformer.tools.calls import get_style, parse_calls
+from toolformer.tasks.score import holds_call, score_output
+from toolformer.tools.calls import get_style
 
 # The prompts of the project's configs (configs/demo.yaml, configs/tiny.yaml, configs/eval_example.yaml's LAMA).
 KIND_PROMPTS = {"math": "{question} The answer is", "qa": "Question: {question} Answer:", "lama": "{question}"}
@@ -169,10 +169,9 @@ def load_docs(folder: Path, **kwargs) -> dict:
 
 def process_results(doc: dict, results: list[str]) -> dict:
     """lm-eval's ``process_results`` hook: ``acc`` of one output by the paper's metric (the evaluate stage's
-    :func:`~toolformer.tasks.score.score_output`), and ``call_rate``: whether the output holds a call (one left
-    unclosed too)."""
+    :func:`~toolformer.tasks.score.score_output`), and ``call_rate``: whether the output holds a call, as the
+    evaluate stage counts it (:func:`~toolformer.tasks.score.holds_call`)."""
     item = TaskItem(str(doc["id"]), doc["question"], list(doc["answers"]), doc.get("date"))
     style = get_style(doc["call_style"])
     scored = score_output(item, results[0], doc["kind"], int(doc["max_words"]), int(doc["decimals"]), style)
-    called = bool(parse_calls(results[0], style)) or scored["malformed_call"]
-    return {"acc": float(scored["correct"]), "call_rate": float(called)}
+    return {"acc": float(scored["correct"]), "call_rate": float(holds_call(results[0], style))}

@@ -8,8 +8,10 @@ server over stdio, with the official ``mcp`` SDK.
 the tool's ``inputSchema``, then the limits of every call: ``tools.max_input_chars``,
 timeout, result cap, marker stripping, cache): a result is one text content;
 a refusal or error is ``isError`` with ``{code, message, hint}`` as structured
-content (``invalid_arguments`` for arguments the schema refuses). Calendar
-answers with today's date (a server has no document date).
+content (``invalid_arguments`` for arguments the schema refuses). A call of a
+tool the server does not list is a protocol error, as the MCP specification
+has it: the JSON-RPC error -32602 (invalid params), ``Unknown tool: NAME``.
+Calendar answers with today's date (a server has no document date).
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ def serve(cfg: PipelineConfig) -> int:
         from mcp import types
         from mcp.server.lowlevel import Server
         from mcp.server.stdio import stdio_server
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import INVALID_PARAMS
     except ImportError:
         raise ValueError("mcp-serve needs the MCP SDK: pip install 'toolformer[mcp]'") from None
 
@@ -44,6 +48,8 @@ def serve(cfg: PipelineConfig) -> int:
                                             for t in listed])
 
     async def call_tool(ctx, params) -> types.CallToolResult:
+        if params.name not in tools:
+            raise MCPError(INVALID_PARAMS, f"Unknown tool: {params.name}")
         arguments = {} if params.arguments is None else params.arguments
         outcome = await anyio.to_thread.run_sync(sandbox.call, params.name, arguments, dt.date.today().isoformat())
         if outcome.result is not None:  # ok

@@ -39,9 +39,10 @@ from pathlib import Path
 
 from toolformer.lm.folderfiles import check_own_files, read_folder_json
 from toolformer.lm.foldertrust import OUTSIDE, TRUST_FLAG, FolderTrust, escape, shown, tool_data
+from toolformer.rundir.inputs import MODEL_RECORD
 from toolformer.tools.datafiles import copy_data, pin, pinned, remove_data
 
-SPEC_FILE = "toolformer.json"
+SPEC_FILE = MODEL_RECORD  # the run folder checks look for it too (toolformer/rundir/inputs.py)
 FORMAT = 1
 DATA_DIR = "tools"
 DECODING = ("top_k_trigger", "max_calls", "max_new_tokens", "constrained")
@@ -347,6 +348,22 @@ def missing_note(folder: str | Path, cfg) -> str:
             f"`toolformer finetune`): using tools {', '.join(cfg.tools.enabled) or 'none'}"
             + (f" with {data}" if data else "") + f" and call style {cfg.calls.style} from the defaults, --config "
             f"and --set; `toolformer finetune` (or ToolformerModel.save_pretrained) writes a folder that records them")
+
+
+def card_front_matter(base_model: str, dataset: str = "") -> str:
+    """The model card's YAML header, the hub's model card metadata: ``library_name``, ``tags``, ``base_model``
+    when the base model is a hub id (a local path names nothing a reader can find), ``datasets`` when ``dataset``
+    is a hub data set."""
+    import yaml
+
+    from toolformer.rundir.inputs import is_hub_id
+
+    meta: dict = {"library_name": "transformers", "tags": ["toolformer", "tool-use", "text-generation"]}
+    if is_hub_id(base_model):
+        meta["base_model"] = base_model
+    if is_hub_id(dataset):
+        meta["datasets"] = [dataset]
+    return f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n\n"
 
 
 def card_section(spec: dict) -> str:

@@ -20,6 +20,7 @@ HUB_TIMEOUT_S = 3.0  # one request to the hub, no retries: a command that reads 
 # Names with these endings are files, never hub ids.
 FILE_SUFFIXES = (".jsonl", ".json", ".parquet", ".txt", ".csv", ".gz", ".zst", ".xml", ".yaml")
 # Tool -> (field of the tools config with the data it reads, kind).
+MODEL_RECORD = "toolformer.json"  # a tuned model folder's record of its tools (toolformer/lm/modelfolder.py)
 TOOL_DATA = {"WikiSearch": ("collection", "file"), "QA": ("knowledge", "file"), "MT": ("mt_model", "model")}
 
 
@@ -29,6 +30,11 @@ def looks_local(path: str) -> bool:
     if path.startswith((".", "/", "~", "runs/")) or len(parts) > 2 or not all(parts):
         return True
     return path.lower().endswith(FILE_SUFFIXES) or (len(parts) == 2 and Path(parts[0]).is_dir())
+
+
+def is_hub_id(path: str) -> bool:
+    """Whether ``path`` names a hub repository: no local file or folder of that name, and shaped as a hub id."""
+    return bool(path) and not Path(path).expanduser().exists() and not looks_local(path)
 
 
 def require(key: str, path: str, kind: str = "file") -> None:
@@ -78,6 +84,17 @@ def check_hub(key: str, repo_id: str, repo_type: str = "model") -> None:
                                 f"{HUB_TIMEOUT_S:.0f} s ({type(e).__name__}: {e}); {fix}") from None
 
 
+def evaluates_with_config_tools(cfg) -> bool:
+    """Whether a row of the evaluate stage calls tools with this config's tools section: a row with tools whose
+    model folder has no ``toolformer.json`` (:data:`MODEL_RECORD`; not there yet when ``run`` fine-tunes it first),
+    or ``evaluate.tools_from: config``. The other rows read the tools and data their folder records, which the
+    stage checks row by row before any work."""
+    ev = cfg.evaluate
+    tuned = cfg.finetune.output_dir or str(Path(cfg.run_dir) / "model")
+    folders = ([tuned] if "toolformer" in ev.rows else []) + [m.path for m in ev.extra_models if m.tools]
+    return any(ev.tools_from != "model" or not (Path(f).expanduser() / MODEL_RECORD).is_file() for f in folders)
+
+
 def reads(cfg, stages: list[str] | tuple[str, ...]) -> list[tuple[str, str, str]]:
     """(config key, path, kind) of every path that ``stages`` read from outside the run folder."""
     s = set(stages)
@@ -86,7 +103,7 @@ def reads(cfg, stages: list[str] | tuple[str, ...]) -> list[tuple[str, str, str]
         out += [("model.path", cfg.model.path, "model"), ("model.tokenizer", cfg.model.tokenizer, "model")]
     if "sample" in s:
         out.append(("corpus.path", cfg.corpus.path, "dataset"))
-    if s & {"execute", "evaluate"}:
+    if "execute" in s or ("evaluate" in s and evaluates_with_config_tools(cfg)):
         out += [(f"tools.{name}", getattr(cfg.tools, name), kind)
                 for tool, (name, kind) in TOOL_DATA.items() if tool in cfg.tools.enabled]
     if "build" in s:

@@ -56,7 +56,14 @@ from toolformer.stages.evalreport import (
     summary_line,
 )
 from toolformer.tasks import TaskData, TaskFormatError, default_max_words, gold_numbers, load_task
-from toolformer.tasks.score import call_counts, file_counts, merge_call_counts, score_counts, score_output
+from toolformer.tasks.score import (
+    call_counts,
+    file_counts,
+    holds_call,
+    merge_call_counts,
+    score_counts,
+    score_output,
+)
 from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import Sandbox, build_sandbox
 
@@ -322,11 +329,12 @@ def _row_cells(model, tok, row: EvalVariant, tasks, sandbox, cfg: PipelineConfig
         atomic_write_text(out_dir / "predictions" / row.name / f"{tc.name}.jsonl",
                           "".join(dumps(r) + "\n" for r in records))
         counts = score_counts(records)
-        n, with_calls = counts["scored"], sum(bool(r["calls"]) for r in records)
+        style = get_style(cfg.calls.style)
+        n, with_calls = counts["scored"], sum(holds_call(r["output"], style) for r in records)
         cells[tc.name] = {"accuracy": counts["accuracy"], "call_rate": with_calls / n, "n": n,
                           "correct": counts["correct"], "with_calls": with_calls,
                           "malformed_calls": counts["malformed_calls"],
-                          **call_counts(records, get_style(cfg.calls.style))}
+                          **call_counts(records, style)}
     return cells
 
 

@@ -32,7 +32,7 @@ import torch
 
 from toolformer.config.load import config_hash, dump_yaml
 from toolformer.config.schema import PipelineConfig
-from toolformer.lm.modelfolder import SPEC_FILE, card_section, spec_summary, write_spec
+from toolformer.lm.modelfolder import SPEC_FILE, card_front_matter, card_section, spec_summary, write_spec
 from toolformer.lm.rows import pack_sequences
 from toolformer.lm.trainargs import TrainArgs
 from toolformer.lm.training import train_causal_lm
@@ -106,7 +106,7 @@ def model_card(cfg: PipelineConfig, data: dict, metrics: dict, spec: dict) -> st
     result = (f"dev perplexity {best:.3f} (best at step {metrics['best_step']})" if best is not None
               else "no dev set; the model of the last step")
     speed = f"{metrics['wall_seconds']} s at {metrics['tokens_per_second']:,.0f} tokens/s"
-    return f"""# Toolformer fine-tune of `{cfg.model.path}`
+    return f"""{card_front_matter(cfg.model.path, cfg.corpus.path)}# Toolformer fine-tune of `{cfg.model.path}`
 
 Fine-tuned with the causal-LM objective on a data set with API calls inline
 (Schick et al., 2023), by `toolformer finetune`. Calls are written in the

@@ -26,6 +26,14 @@ def score_output(item: TaskItem, output: str, kind: str, max_words: int, decimal
     return {"id": item.id, "prediction": pred, "gold": gold, "correct": correct, "malformed_call": malformed}
 
 
+def holds_call(output: str, style: CallStyle | None = None) -> bool:
+    """Whether ``output`` holds a call the model started: closed, closed without its result, or with its input
+    never closed. The call rate of the evaluate stage and of ``toolformer tasks lmeval``'s tasks is the mean of this
+    over the items."""
+    style = style or get_style("plain")
+    return bool(parse_calls(output, style)) or model_answer(output, style)[1]
+
+
 def score_counts(records: list[dict]) -> dict:
     """Items scored, correct, accuracy and malformed calls of one system's per-item results."""
     n = len(records)

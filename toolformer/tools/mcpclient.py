@@ -47,7 +47,12 @@ stands in for them.
 * ``server_died``: the connection closed (the process ended or crashed). The
   server is not restarted: its later calls fail at once with ``server_died``,
   and the stage goes on with the other tools;
-* ``mcp_error``: the server answered the request with a protocol error.
+* ``mcp_error``: the server answered the request with a protocol error;
+* ``bad_output``: the server wrote a line on stdout that is no MCP message
+  (the stdio transport allows nothing else there), or answered a call with no
+  tool result. A stray line stops the server at once: every call, those
+  waiting included, fails without waiting for its timeout (at start, the
+  server does not start). The SDK's own log of the line is left out.
 
 Servers are stopped when the stage (or command) that built them ends
 (:meth:`Sandbox.close <toolformer.tools.sandbox.Sandbox.close>`, and at exit

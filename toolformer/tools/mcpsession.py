@@ -13,6 +13,7 @@ import asyncio
 import atexit
 import concurrent.futures
 import contextlib
+import logging
 import os
 import sys
 import threading
@@ -28,7 +29,18 @@ _LIVE: set[McpServer] = set()  # servers started and not yet closed (closed at e
 CLOSE_WAIT_S = 15.0  # the SDK's shutdown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL
 
 
+class _Unparsed(logging.Filter):
+    """Drops the SDK's log record (with its traceback) of a line it could not parse: :meth:`McpServer._bad_output`
+    reports the line as the server's error instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Failed to parse JSONRPC message")
+
+
 def _sdk():
+    stdio_log = logging.getLogger("mcp.client.stdio")
+    if not any(isinstance(f, _Unparsed) for f in stdio_log.filters):
+        stdio_log.addFilter(_Unparsed())
     try:
         from mcp.client.session import ClientSession
         from mcp.client.stdio import StdioServerParameters, stdio_client
@@ -77,6 +89,7 @@ class McpServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name=f"mcp-{cfg.name}")
         self._main: concurrent.futures.Future | None = None
+        self._calls: set[concurrent.futures.Future] = set()  # calls in flight (cancelled when the server misbehaves)
 
     # -- life cycle ------------------------------------------------------------------
 
@@ -99,8 +112,9 @@ class McpServer:
                              f"{self.cfg.startup_timeout_s:g} s ({self.key}.startup_timeout_s)") from None
         except Exception as e:
             self.close()
+            why = self.failure.message if self.failure and self.failure.code == "bad_output" else _describe(e)
             raise ValueError(f"{self.key}: {self.label} did not start ({self.cfg.command} "
-                             f"{' '.join(self.cfg.args)}): {_describe(e)}") from None
+                             f"{' '.join(self.cfg.args)}): {why}") from None
 
     async def _serve(self) -> None:
         ClientSession, StdioServerParameters, stdio_client, _, _ = _sdk()  # noqa: N806 - SDK classes
@@ -109,7 +123,7 @@ class McpServer:
                                        cwd=self.cfg.cwd or None)
         try:
             async with stdio_client(params, errlog=_errlog()) as (read, write), \
-                    ClientSession(read, write) as session:
+                    ClientSession(read, write, message_handler=self._on_message) as session:
                 await session.initialize()
                 tools, cursor = [], None
                 while True:
@@ -131,6 +145,23 @@ class McpServer:
         finally:
             self._fail("server_closed", f"{self.label} was closed")
             self._ended.set()
+
+    async def _on_message(self, message) -> None:
+        """The SDK's messages beside the responses: a line it could not parse arrives as an exception."""
+        if isinstance(message, Exception):
+            self._bad_output(message)
+
+    def _bad_output(self, error: Exception) -> None:
+        """The server wrote something on stdout that is not an MCP message (text, or an answer of the wrong shape):
+        it breaks the transport's rule, so it is stopped, and its calls, those waiting included, fail at once."""
+        self._fail("bad_output", f"{self.label} wrote {_offending(error)} on stdout, which is not an MCP message (a "
+                                 f"server writes only protocol messages there, its logs to stderr)")
+        if not self._ready.done():
+            self._ready.set_exception(RuntimeError(self.failure.message if self.failure else "bad output"))
+        for call in list(self._calls):
+            call.cancel()
+        if self._main is not None:
+            self._main.cancel()  # the session ends; the SDK stops the process
 
     def close(self) -> None:
         """Stop the server (its process tree is terminated and reaped) and the loop; idempotent."""
@@ -174,6 +205,7 @@ class McpServer:
             coro.close()
             failure = self.failure or ToolError("server_closed", f"{self.label} was closed")
             raise ToolError(failure.code, failure.message) from None
+        self._calls.add(future)
         try:
             result = future.result(timeout_s)
         except concurrent.futures.TimeoutError:
@@ -189,6 +221,11 @@ class McpServer:
                 failure = self.failure or ToolError("server_died", f"{self.label} closed the connection")
                 raise ToolError(failure.code, failure.message) from None
             raise ToolError("mcp_error", f"{self.label}: {e.message} (MCP error {e.code})") from None
+        except Exception as e:  # an answer the SDK refuses (a result that is no CallToolResult)
+            raise ToolError("bad_output", f"{self.label} answered with no MCP tool result: "
+                                          f"{_offending(e)}") from None
+        finally:
+            self._calls.discard(future)
         with self._lock:
             self._timeouts = 0
         return result
@@ -210,6 +247,16 @@ async def _cancel_rest() -> None:
     for t in others:
         t.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+
+
+def _offending(error: Exception) -> str:
+    """What a server sent that the SDK could not read, in a few words (the first input a validation error names)."""
+    errors = getattr(error, "errors", None)
+    found = errors()[0].get("input") if callable(errors) and errors() else None
+    if found is None:
+        return _describe(error)[:120]
+    shown = repr(found)
+    return shown if len(shown) <= 80 else f"{shown[:77]}..."
 
 
 def _describe(e: BaseException) -> str:
