@@ -25,7 +25,6 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-import re
 from pathlib import Path
 
 from toolformer.config.load import config_hash
@@ -166,28 +165,17 @@ def _write_jsonl(path: Path, rows) -> int:
     return len(lines)
 
 
-def _spaced(expr: str) -> str:
-    """``48/2`` → ``48 / 2``: an expression as the rule proposer writes a call's input."""
-    return " ".join(re.sub(r"([-+*/()])", r" \1 ", expr).split())
+def _repeated(docs: list[dict], share: float, rng: random.Random) -> list[dict]:
+    """``docs`` with a ``share`` of them said twice (published.repeat_share)."""
+    return [d | {"text": f"{d['text']}\n{d['text']}"} if rng.random() < share else d for d in docs]
 
 
-def _noted(docs: list[dict], notes: list[str], share: float, rng: random.Random) -> list[dict]:
-    """``docs`` with a ``share`` of them opened by their note (published.note_share)."""
-    return [d | {"text": f"{n}\n{d['text']}"} if n and rng.random() < share else d for d, n in zip(docs, notes)]
-
-
-def _texts(cfg, facts: dict[str, list[Fact]], math: dict[str, list[Problem]],
-           relations: dict[str, dict]) -> dict[str, list[dict]]:
+def _texts(cfg, facts: dict[str, list[Fact]], math: dict[str, list[Problem]]) -> dict[str, list[dict]]:
     """The pre-training and annotation documents, before the contamination search."""
     pc, rng = cfg.published, random.Random(cfg.seed)
     held = {s for f in facts["eval"] for s in f.sentences}  # an evaluation fact's sentences are no training text
-    noted = [(d, render(relations[f.relation]["template"], f.subject, f.object))
-             for f in facts["pretrain"] if (d := fact_doc(f, pc.sentences_per_fact, False, held))]
-    noted += [(math_doc(p, "gsm8k"), " ".join(f"{_spaced(c['input'])} = {c['result']}" for c in p.solution.calls)
-               if p.solution else "") for p in math["gsm8k"]]
-    pretrain = [d for d, _n in noted]
-    if pc.note_share:
-        pretrain = _noted(pretrain, [n for _d, n in noted], pc.note_share, random.Random(cfg.seed + 2))
+    pretrain = [d for f in facts["pretrain"] if (d := fact_doc(f, pc.sentences_per_fact, False, held))]
+    pretrain += [math_doc(p, "gsm8k") for p in math["gsm8k"]]
     pretrain += [math_doc(p, src) for src in ("mawps", "asdiv") for p in math[src]]
     for d in pretrain:
         d.pop("gold_calls", None)
@@ -201,6 +189,8 @@ def _texts(cfg, facts: dict[str, list[Fact]], math: dict[str, list[Problem]],
               for d in gsm[: pc.corpus_gsm8k] + small[: pc.corpus_math] + annotation[: pc.corpus_trex]]
     rng.shuffle(corpus)
     random.Random(cfg.seed + 1).shuffle(pretrain)
+    if pc.repeat_share:
+        pretrain = _repeated(pretrain, pc.repeat_share, random.Random(cfg.seed + 2))
     return {"pretrain": pretrain, "corpus": corpus}
 
 
@@ -237,7 +227,7 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
     facts = _split_facts(read_trex(folder / "lama/trex", relations, trex_files, rejected), pc)
     math = _math(folder, pc, rejected)
     lama, rest = _lama_items(facts["eval"], pc, random.Random(pc.seed))
-    docs = _texts(cfg, facts, math, relations)
+    docs = _texts(cfg, facts, math)
     prompts = [it["evidences"][0]["masked_sentence"].removesuffix(" [MASK] .") for it in lama]
     prompts += [p.question for name in ("asdiv_test", "mawps_test", "gsm8k_test") for p in math[name]]
     docs, dropped = _leak_free(docs, prompts)
