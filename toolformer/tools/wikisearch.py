@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from toolformer.config.load import share_path
 from toolformer.config.text import decode_utf8
-from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, prepare_data, uninterrupted
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
@@ -76,11 +77,16 @@ def read_collection(path: str | Path, required: tuple[str, ...], setting: str = 
     return out
 
 
+PROGRESS_DOCS = 10_000
+"""Building the index of at least this many documents says so on stderr first (it may take a while)."""
+
+
 class BM25Index:
     """A bm25s index over ``texts``, saved beside the collection and reloaded
-    when the collection has not changed (same size and modification time)."""
+    when the collection has not changed (same size and modification time). ``what`` names the data in the
+    line printed before a long build."""
 
-    def __init__(self, texts: list[str], cache_dir: Path | None = None, stamp: str = ""):
+    def __init__(self, texts: list[str], cache_dir: Path | None = None, stamp: str = "", what: str = ""):
         import bm25s
 
         self.size = len(texts)
@@ -88,6 +94,10 @@ class BM25Index:
         if stamp_file is not None and stamp_file.exists() and stamp_file.read_text() == stamp:
             self.retriever = bm25s.BM25.load(str(cache_dir))
             return
+        if self.size >= PROGRESS_DOCS:
+            saved = f"saved in {cache_dir} for later runs" if cache_dir else "kept in memory"
+            print(f"tools: building the BM25 index of {what or 'a tool'}: {self.size:,} documents ({saved})",
+                  file=sys.stderr, flush=True)
         self.retriever = bm25s.BM25()
         self.retriever.index([tokenize_words(t) for t in texts], show_progress=False)
         if cache_dir and stamp_file is not None:
@@ -159,7 +169,10 @@ class WikiSearch(Tool):
                 self._docs = read_collection(self.path, ("title", "text"))
                 cache = index_cache(self.path)
                 self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], cache,
-                                        _stamp(self.path))
+                                        _stamp(self.path), f"WikiSearch's collection {self.path}")
+
+    def prepare(self) -> None:
+        prepare_data(self._load)
 
     def snippet(self, doc: dict) -> str:
         text = " ".join(doc["text"].split())
