@@ -1,6 +1,6 @@
 """Settings are checked when they are loaded: what cannot be a config file, YAML whose aliases expand without
-bound, and numbers that mean nothing (NaN, infinity, a negative size, a zero timeout) are refused with exit
-status 2 and a message naming the key and where its value came from."""
+bound or that gives a key twice, and numbers that mean nothing (NaN, infinity, a negative size, a zero timeout)
+are refused with exit status 2 and a message naming the key and where its value came from."""
 
 import json
 import os
@@ -57,9 +57,12 @@ def nested_yaml(key: str, value: str) -> str:
 
 
 def run_config(tmp_path: Path, text: str = "") -> Path:
-    """A config like configs/tiny.yaml writing into ``tmp_path``, with ``text`` after it."""
+    """A config like configs/tiny.yaml writing into ``tmp_path``, with ``text`` after it (a section ``text`` sets
+    replaces the one here: a key given twice is refused)."""
     path = tmp_path / "run.yaml"
-    path.write_text(f"run_dir: {tmp_path / 'run'}\nshard_size: 8\nmodel: {{path: {tmp_path / 'model'}}}\n{text}")
+    base = [f"run_dir: {tmp_path / 'run'}", "shard_size: 8", f"model: {{path: {tmp_path / 'model'}}}"]
+    top = {line.split(":")[0] for line in text.splitlines() if line and not line.startswith(" ")}
+    path.write_text("".join(f"{line}\n" for line in base if line.split(":")[0] not in top) + text)
     return path
 
 
@@ -130,6 +133,18 @@ def test_self_containing_deep_and_large_documents_are_refused(tmp_path, capsys, 
     path.write_text(text)
     assert main(["run", "--config", str(path)]) == 2
     assert f"{path}: {message}" in capsys.readouterr().err
+
+
+def test_a_key_given_twice_is_refused_naming_it_and_both_lines(tmp_path, capsys):
+    path = run_config(tmp_path, "filter:\n  tau_filter: 0.5\n  horizon: 5\n  tau_filter: 1.0\n")
+    assert main(["run", "--config", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (f"toolformer: config error: {path}: refused: key 'tau_filter' given "
+                                               "twice in one mapping (lines 5 and 7); keep the one meant")
+    # One key in two mappings is no repeat, nor is a value a merge key (`<<`) brings in and the mapping sets.
+    path = run_config(tmp_path, "sample:\n  per_tool:\n    Calculator: &o {top_k: 4}\n    MT:\n      <<: *o\n"
+                                "      top_k: 2\nfilter: {horizon: 4}\n")
+    cfg = load_config(PipelineConfig, path)
+    assert cfg.sample.per_tool["Calculator"].top_k == 4 and cfg.sample.per_tool["MT"].top_k == 2
 
 
 def test_an_alias_bomb_as_an_override_value_stays_text(tmp_path, capsys):

@@ -71,6 +71,6 @@ def test_gold_calls_survive_into_windows_and_the_run_folder(tmp_path, tiny_model
     (tmp_path / "run" / "sample" / DOCUMENT_INDEX).unlink()
     store = DocumentStore(tmp_path / "run")
     assert store[docs[-1]["doc_id"]] == docs[-1]
-    with pytest.raises(KeyError, match="no document 'nope'"):
+    with pytest.raises(ValueError, match="no document 'nope', which a record of this run names"):  # exit 2
         store["nope"]
     store.close()

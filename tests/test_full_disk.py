@@ -1,5 +1,6 @@
-"""A full disk while writing a shard or saving the model: exit status 1 with one line naming the file, nothing
-partial left behind, and the same command resumes once there is room."""
+"""A full disk while writing a shard, a checkpoint (torch.save, which does not say ENOSPC) or the model: exit
+status 1 with one line naming the file, nothing partial left behind, and the same command resumes once there is
+room."""
 
 import errno
 import os
@@ -64,3 +65,48 @@ def test_full_disk_while_saving_the_model(tiny_model_dir, tmp_path, capsys, monk
     from transformers import AutoModelForCausalLM
 
     AutoModelForCausalLM.from_pretrained(model)
+
+
+def test_a_write_error_that_hides_its_cause_counts_as_a_full_disk_only_when_the_disk_is(tmp_path, monkeypatch):
+    from toolformer.rundir import files
+
+    hidden = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 506432 vs 506320")
+    monkeypatch.setattr(files, "free_bytes", lambda path: 4096)
+    assert files.disk_full(hidden, tmp_path / "step-0000002") and not files.disk_full(hidden)
+    assert not files.disk_full(ValueError("unexpected pos"), tmp_path)  # not a write error of a library
+    monkeypatch.setattr(files, "free_bytes", lambda path: 10 << 30)
+    assert not files.disk_full(hidden, tmp_path)  # room left: some other failure, reported as it is
+    monkeypatch.undo()
+    assert files.free_bytes(tmp_path / "not" / "made" / "yet") > 0  # the nearest folder that exists is asked
+
+
+@pytest.mark.slow
+def test_full_disk_inside_torch_save_of_a_checkpoint(tiny_model_dir, tmp_path, capsys, monkeypatch):
+    """torch.save reports a full disk as RuntimeError("basic_ios::clear: iostream error" or "unexpected pos"),
+    not ENOSPC: with the disk full it is the same one line, and the partial checkpoint is gone."""
+    import torch
+
+    from toolformer.rundir import files
+
+    monkeypatch.chdir(ROOT)
+    run_dir = tmp_path / "run"
+    write_plain_sums(run_dir)
+    real_save = torch.save
+
+    def full(obj, f, *a, **k):
+        Path(f).write_bytes(b"partial")
+        raise RuntimeError("basic_ios::clear: iostream error")
+
+    monkeypatch.setattr(torch, "save", full)
+    monkeypatch.setattr(files, "free_bytes", lambda path: 0)
+    args = ["finetune", f"run_dir={run_dir}", f"model.path={tiny_model_dir}", *FINETUNE]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    checkpoint = run_dir / "model" / "checkpoints" / "step-0000002"
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith(f"toolformer: no space left on device writing {checkpoint}")
+    assert not checkpoint.exists()  # nothing partial a rerun could resume from
+    monkeypatch.setattr(torch, "save", real_save)
+    monkeypatch.setattr(files, "free_bytes", lambda path: 10 << 30)
+    assert main(args) == 0
+    assert (run_dir / "model" / "model.safetensors").exists()

@@ -1,7 +1,8 @@
 """Records are checked, not trusted: every manifest lists its files of records (record count, sha256), and a stage
 that reads a finished stage whose files were cut, deleted, changed or garbled stops with exit status 2 naming the
-file and the command that rebuilds it, instead of running on what is left. A run folder made by the real stages on
-a tiny model, damaged the way a full disk, a bad copy or a stray edit damages one."""
+file and the command that rebuilds it, instead of running on what is left; so does a record of the wrong shape or
+a document index of another run. A run folder made by the real stages on a tiny model, damaged the way a full
+disk, a bad copy or a stray edit damages one."""
 
 import hashlib
 import json
@@ -237,3 +238,57 @@ def test_cut_shard_of_a_chain_round_stops_build(run_dir, tiny_model_dir, capsys,
     assert code == 2
     line = _error(err)
     assert f"{shards[0]}: 0 records" in line and "`toolformer chain --force`" in line
+
+
+def _edit_record(shard: Path, line: int, **changes) -> None:
+    """Change fields of record ``line`` (from 1) of a shard and list the new file in its manifest (count and
+    sha256 recomputed): an edit the checksums do not catch, so the reader must."""
+    lines = shard.read_text().splitlines(keepends=True)
+    lines[line - 1] = json.dumps({**json.loads(lines[line - 1]), **changes}) + "\n"
+    shard.write_text("".join(lines))
+    path = shard.parent / "manifest.json"
+    manifest = json.loads(path.read_text())
+    manifest["files"][shard.name] = {"records": len(lines), "sha256": hashlib.sha256(shard.read_bytes()).hexdigest()}
+    path.write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize("changes,expected", [
+    ({"tool": "NoSuchTool"}, "tool 'NoSuchTool' is not in tools.enabled (Calculator, QA)"),
+    ({"position": "x"}, "field 'position' is the string 'x', not int as in every execute record"),
+    ({"result": 12}, "field 'result' is int, not string or null as in every execute record"),
+])
+def test_a_record_of_the_wrong_shape_stops_the_next_stage_naming_its_line(changes, expected, run_dir,
+                                                                          tiny_model_dir, capsys):
+    shard = run_dir / "execute" / "shard-00000.jsonl"
+    _edit_record(shard, 1, **changes)
+    code, err = _cli(capsys, "filter", tiny_model_dir, run_dir, "--force")
+    assert code == 2
+    line = _error(err)
+    assert f"{shard}:1: {expected}" in line and "`toolformer execute --force`" in line
+
+
+def test_a_filter_record_with_a_null_tool_is_named_by_inspect_and_build(run_dir, tiny_model_dir, capsys):
+    shard = run_dir / "filter" / "shard-00000.jsonl"
+    _edit_record(shard, 3, tool=None)
+    capsys.readouterr()
+    assert main(["inspect", str(run_dir), "--config", str(ROOT / "configs" / "tiny.yaml")]) == 2
+    assert f"{shard}:3: field 'tool' is null, not string as in every filter record" in _error(capsys.readouterr().err)
+    code, err = _cli(capsys, "build", tiny_model_dir, run_dir)
+    assert code == 2 and f"{shard}:3: field 'tool' is null" in _error(err)
+
+
+def test_the_document_index_of_another_run_is_refused_naming_it(run_dir, tiny_model_dir, tmp_path, capsys):
+    from toolformer.rundir.folder import index_documents
+
+    other = tmp_path / "other" / "documents.jsonl"
+    other.parent.mkdir()
+    other.write_text(json.dumps({"doc_id": "x1", "text": "Another corpus.", "date": None}) + "\n")
+    index = run_dir / "sample" / "documents.sqlite"
+    shutil.copy(index_documents(other), index)  # newer than documents.jsonl: not rebuilt by its age
+    code, err = _cli(capsys, "filter", tiny_model_dir, run_dir, "--force")
+    assert code == 2
+    line = _error(err)
+    assert f"{index}: the index of another documents.jsonl, not this run's" in line and "delete it" in line
+    index.unlink()  # the remedy: rebuilt from this run's documents.jsonl
+    code, err = _cli(capsys, "filter", tiny_model_dir, run_dir, "--force")
+    assert code == 0, err[-2000:]

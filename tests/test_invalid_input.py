@@ -1,6 +1,6 @@
 """Input that is not usable text is refused with its reason and the rest goes on: corpus records that are not
-UTF-8, hold a lone surrogate, are broken JSON, have no text or repeat an id (written to the sample stage's
-rejected.jsonl), and prompts or chat lines that are not text."""
+UTF-8, hold a lone surrogate, are broken JSON or nested too deeply, have no text or repeat an id (written to the
+sample stage's rejected.jsonl), and prompts or chat lines that are not text."""
 
 from __future__ import annotations
 
@@ -48,6 +48,34 @@ def test_corpus_records_that_are_not_text_are_rejected_with_the_reason(tmp_path)
     (tmp_path / "c.csv").write_bytes(b"id,text\na,fine\nb,caf\xe9\n")  # Latin-1, read whole by `datasets`
     with pytest.raises(ValueError, match=r"c\.csv: cannot be read as csv \(not UTF-8 \(byte 0xe9"):
         read_corpus_all(CorpusConfig(path=str(tmp_path / "c.csv")))
+
+
+DEEP = "[" * 100_000 + "]" * 100_000  # valid JSON nested past Python's recursion limit
+
+
+def test_json_nested_too_deeply_is_bad_input_where_it_stands(tmp_path, capsys):
+    from toolformer.cli.app import main
+    from toolformer.tasks.score import read_predictions
+
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text("\n".join([json.dumps(small_docs(1)[0]), '{"id": "deep", "text": ' + DEEP + "}"]) + "\n")
+    documents, rejected = read_corpus_all(CorpusConfig(path=str(corpus)))
+    assert [d["doc_id"] for d in documents] == ["s0"]
+    assert [(r["source"], r["reason"]) for r in rejected] == [
+        (f"{corpus}:2", "invalid JSON: nested too deeply to read")]
+
+    preds = tmp_path / "preds.jsonl"
+    preds.write_text('{"id": "a", "output": "7"}\n' + DEEP + "\n")
+    outputs, problems = read_predictions(preds)
+    assert outputs == {"a": "7"} and problems == [f"{preds}: line 2: invalid JSON: nested too deeply to read"]
+
+    task = tmp_path / "task.json"
+    task.write_text(DEEP)
+    capsys.readouterr()
+    assert main(["tasks", "check", str(task)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.strip() == (
+        f"toolformer: error: {task}: line 1: invalid JSON: nested too deeply to read")
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """A stage killed with SIGKILL part way, then the same command again, ends with the records (and, for build and
-finetune, the weights) of an uninterrupted run; the same seed gives byte-identical records."""
+finetune, the weights) of an uninterrupted run; the same seed gives byte-identical records. A TOOLFORMER_FAULT
+that could never fire is refused before any work."""
 
 import json
 
@@ -90,3 +91,30 @@ def test_sigkill_build_and_finetune_then_rerun(stage, reference_tuned, tmp_path)
         assert "resum" in again.stdout + again.stderr
     a, b = load_file(run_dir / "model" / "model.safetensors"), load_file(ref_dir / "model" / "model.safetensors")
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("value,problem", [
+    ("sample:1:SIGFOO", "unknown signal 'SIGFOO' (a name such as SIGKILL, SIGINT or SIGTERM, or its number)"),
+    ("sample:abc", "'abc' is not a count of completed units of work (a whole number from 1)"),
+    ("sample:0", "'0' is not a count of completed units of work"),
+    ("smaple:1", "unknown stage 'smaple' (known: sample, execute,"),
+    ("sample", "not <stage>:<n>[:<signal>[:<rank>]]"),
+    ("sample:1:SIGKILL:first", "'first' is not a process rank (a whole number from 0)"),
+])
+def test_a_fault_that_could_never_fire_is_refused_before_any_work(value, problem, tmp_path, monkeypatch, capsys):
+    from toolformer.cli.app import main
+
+    monkeypatch.setenv("TOOLFORMER_FAULT", value)
+    assert main(["sample", "--config", str(ROOT / "configs" / "tiny.yaml"), f"run_dir={tmp_path / 'run'}"]) == 2
+    assert capsys.readouterr().err.startswith(f"toolformer: error: TOOLFORMER_FAULT={value!r}: {problem}")
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_fault_names_its_stage_count_signal_and_rank(monkeypatch):
+    from toolformer.rundir.sharding import fault_setting
+
+    for value, expected in [("", None), ("filter:2", ("filter", 2, 9, None)), ("sample:1:9", ("sample", 1, 9, None)),
+                            ("round-2:1:SIGINT:1", ("round-2", 1, 2, 1)),
+                            ("finetune:3:SIGTERM", ("finetune", 3, 15, None))]:
+        monkeypatch.setenv("TOOLFORMER_FAULT", value)
+        assert fault_setting() == expected, value

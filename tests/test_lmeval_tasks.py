@@ -1,6 +1,7 @@
 """lm-evaluation-harness tasks of local files (``toolformer tasks lmeval``, toolformer/integrations/lmeval_tasks.py):
-what they hold, the shipped tasks of the small world's evaluation sets, and the same accuracy through ``toolformer
-evaluate``, ``toolformer score`` and ``lm_eval`` with the toolformer model."""
+what they hold, a user's files left alone without --force, the shipped tasks of the small world's evaluation sets,
+and the same accuracy through ``toolformer evaluate``, ``toolformer score`` and ``lm_eval`` with the toolformer
+model."""
 
 from __future__ import annotations
 
@@ -115,6 +116,33 @@ def test_a_qa_file_as_math_keeps_the_numbers_and_bad_input_is_named(tmp_path, ca
     assert "{question}" in capsys.readouterr().err
     assert main(["tasks", "lmeval", str(tmp_path / "missing.json"), "--name", "t", "--out", str(tmp_path)]) == 2
     assert "missing.json" in capsys.readouterr().err
+
+
+def test_a_folder_of_the_users_is_not_overwritten_without_force(tmp_path, capsys):
+    argv = ["tasks", "lmeval", str(FIX / "SVAMP.json"), "--name", "svamp", "--out", str(tmp_path)]
+    own = {"utils.py": b"# my own hooks\n", "svamp.yaml": b"my: yaml\n", "notes.txt": b"keep\n"}
+    for name, data in own.items():
+        (tmp_path / name).write_bytes(data)
+    capsys.readouterr()
+    assert main(argv) == 2
+    assert capsys.readouterr().err == (f"toolformer: error: {tmp_path / 'svamp.yaml'}: exists and is not the unchanged "
+                                       "output of `toolformer tasks lmeval`; --force replaces it\n")
+    assert {n: (tmp_path / n).read_bytes() for n in own} == own and not (tmp_path / "svamp.jsonl").exists()
+    assert main([*argv, "--force"]) == 0 and (tmp_path / "notes.txt").read_bytes() == b"keep\n"
+    # Its own unchanged output is rewritten freely: the same task again, another task beside it (one utils.py).
+    assert main([*argv, "--max-new-tokens", "40", "--prompt", 'Q: "{question}"\nA:']) == 0
+    assert main([*argv, "--max-new-tokens", "40"]) == 0
+    assert main(["tasks", "lmeval", str(FIX / "triviaqa.jsonl"), "--name", "trivia", "--out", str(tmp_path)]) == 0
+    spec = tmp_path / "svamp.yaml"
+    spec.write_text(spec.read_text().replace("do_sample: false", "do_sample: true"))  # edited by hand: theirs now
+    capsys.readouterr()
+    assert main(argv) == 2 and f"{spec}: exists" in capsys.readouterr().err
+    (tmp_path / "trivia.yaml").unlink()
+    assert main(["tasks", "lmeval", str(FIX / "triviaqa.jsonl"), "--name", "trivia", "--out", str(tmp_path)]) == 2
+    assert f"{tmp_path / 'trivia.jsonl'}: exists" in capsys.readouterr().err  # items without the task that names them
+    from toolformer.integrations.lmeval_tasks import own_yaml
+
+    assert all(own_yaml(p.read_text(encoding="utf-8"), p.stem) for p in SHIPPED.glob("*.yaml"))  # the shipped tasks
 
 
 @pytest.mark.slow  # over 5 s: the demo_world fixture, only these two use it

@@ -1,6 +1,7 @@
 """Stops are prompt and clean: SIGINT or SIGTERM stops a stage at a shard boundary (or finetune at a
 checkpoint) with one line saying what was kept, even inside a huge document, a huge shard or a hanging tool call,
-and the same command resumes from there (toolformer.rundir.stops)."""
+and the same command resumes from there (toolformer.rundir.stops); so does a Ctrl-C while the command starts,
+or one a library turned into another error."""
 
 from __future__ import annotations
 
@@ -177,3 +178,60 @@ def test_sigterm_stops_finetune_at_a_checkpoint(tiny_model_dir, tmp_path):
     again = run_cli(args)
     assert again.returncode == 0, again.stderr[-2000:]
     assert "resuming from" in again.stdout + again.stderr and "(step 2)" in again.stdout + again.stderr
+
+
+def test_an_error_after_a_stop_is_reported_as_the_stop():
+    """A library that catches the Stopped a signal raised (or an import it cut off half way) fails with some other
+    error: the command reports the stop, not that error."""
+    def swallowing_library() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        except Exception:  # noqa: BLE001 - what some libraries do around an optional import
+            pass
+        raise ModuleNotFoundError("Could not import module 'GPT2LMHeadModel'")
+
+    with stops.handled(), pytest.raises(stops.Stopped) as stopped, stops.blamed():
+        swallowing_library()
+    assert stopped.value.signum == signal.SIGINT and isinstance(stopped.value.__cause__, ModuleNotFoundError)
+    with stops.handled(), pytest.raises(ModuleNotFoundError), stops.blamed():  # no signal: the error is its own
+        raise ModuleNotFoundError("x")
+    with stops.handled(), pytest.raises(ValueError), stops.blamed():  # a stop the command dealt with (chat)
+        with pytest.raises(stops.Stopped):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(2)
+        stops.forget()
+        raise ValueError("its own error")
+
+
+def test_ctrl_c_before_the_stop_handler_is_one_line(monkeypatch, capsys):
+    from toolformer.cli import app
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(app, "build_parser", interrupted)  # Ctrl-C while the command line is read
+    assert app.main(["tools", "list"]) == 130
+    assert capsys.readouterr().err == ("toolformer: stopped by SIGINT; kept every file written so far (each is "
+                                       "written whole or not at all)\n")
+
+
+@pytest.mark.slow  # starts a Python process
+def test_ctrl_c_while_the_modules_load_is_one_line():
+    """SIGINT in the first moments of a command arrives while Python imports its modules: one line, exit 130."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    code = ("import sys\n"
+            "class Interrupt:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            "        if name == 'toolformer.cli.common':\n"
+            "            raise KeyboardInterrupt\n"
+            "sys.meta_path.insert(0, Interrupt())\n"
+            "from toolformer.cli.app import main\n"
+            "sys.exit(main(['tools', 'list']))\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 130
+    assert res.stderr == "toolformer: stopped by SIGINT while starting; nothing was written\n"

@@ -1,6 +1,7 @@
 """A tool's data file that is a device, a FIFO, too large or not a file fails at once naming it, a bad line is
-named by file and line, and a call past its timeout stops reading without a thread left behind
-(toolformer.tools.qa, toolformer.tools.wikisearch)."""
+named by file and line, a call past its timeout stops reading without a thread left behind, and an index
+slower to build than a call's timeout is built before the first call (toolformer.tools.qa,
+toolformer.tools.wikisearch)."""
 
 import json
 import os
@@ -148,3 +149,24 @@ def test_data_loading_finishes_for_the_next_call_but_the_abandoned_call_stops():
         time.sleep(0.05)
     assert sb.tools["Loader"].loaded and steps == []  # loaded, and nothing after the load ran for nobody
     assert sb.run("Loader", "second").result == "ok" and steps == ["second"]
+
+
+def test_an_index_slower_to_build_than_the_timeout_is_built_before_the_first_call(tmp_path, monkeypatch, capsys):
+    collection = tmp_path / "collection.jsonl"
+    collection.write_text("".join(json.dumps({"title": f"Town {i}", "text": f"Town {i} lies on river {i}."}) + "\n"
+                                  for i in range(40)))
+    real_init = wikisearch_module.BM25Index.__init__
+
+    def slow_init(self, *args, **kwargs):  # an index of a large collection: longer to build than a call may take
+        time.sleep(0.6)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(wikisearch_module.BM25Index, "__init__", slow_init)
+    monkeypatch.setattr(wikisearch_module, "PROGRESS_DOCS", 10)
+    sb = Sandbox({"WikiSearch": WikiSearch(collection)}, timeout_s=0.2, cache=False)
+    assert f"tools: building the BM25 index of WikiSearch's collection {collection}: 40 documents" in (
+        capsys.readouterr().err)
+    out = sb.run("WikiSearch", "river 7")
+    assert out.ok and out.result.startswith("Town 7 >"), out
+    missing = Sandbox({"WikiSearch": WikiSearch(tmp_path / "none.jsonl")}, timeout_s=0.2)  # left to the calls
+    assert missing.run("WikiSearch", "river").error["code"] == "missing_data"

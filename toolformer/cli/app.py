@@ -19,17 +19,21 @@ import signal
 import sys
 from collections.abc import Callable
 
-from toolformer.cli.common import hold_and_run, load_pipeline
-from toolformer.cli.evaluation import cmd_lm_eval, cmd_score, cmd_tasks
-from toolformer.cli.jobs import cmd_bench, cmd_demo, cmd_preflight, cmd_published, cmd_world
-from toolformer.cli.models import cmd_chat, cmd_generate, cmd_tiny_model
-from toolformer.cli.parser import MOVED_COMMANDS, PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
-from toolformer.cli.runs import cmd_export, cmd_inspect
-from toolformer.cli.tools import cmd_mcp_serve, cmd_tool, cmd_tools
-from toolformer.config.load import ConfigError
-from toolformer.config.schema import STAGES, PipelineConfig
-from toolformer.rundir import stops
-from toolformer.stages import run_stage
+try:  # Ctrl-C while the command's modules load: one line, no traceback (nothing was written yet)
+    from toolformer.cli.common import hold_and_run, load_pipeline
+    from toolformer.cli.evaluation import cmd_lm_eval, cmd_score, cmd_tasks
+    from toolformer.cli.jobs import cmd_bench, cmd_demo, cmd_preflight, cmd_published, cmd_world
+    from toolformer.cli.models import cmd_chat, cmd_generate, cmd_tiny_model
+    from toolformer.cli.parser import MOVED_COMMANDS, PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
+    from toolformer.cli.runs import cmd_export, cmd_inspect
+    from toolformer.cli.tools import cmd_mcp_serve, cmd_tool, cmd_tools
+    from toolformer.config.load import ConfigError
+    from toolformer.config.schema import STAGES, PipelineConfig
+    from toolformer.rundir import stops
+    from toolformer.stages import run_stage
+except KeyboardInterrupt:
+    print("toolformer: stopped by SIGINT while starting; nothing was written", file=sys.stderr)
+    raise SystemExit(128 + signal.SIGINT) from None
 
 
 def _run(cfg: PipelineConfig, force: bool) -> None:
@@ -60,7 +64,9 @@ def dispatch(args) -> int:
     command first checks the paths its stages read, then claims and locks
     every folder it writes (all checked before any is created)."""
     from toolformer.rundir.inputs import check_reads
+    from toolformer.rundir.sharding import fault_setting
 
+    fault_setting()  # a TOOLFORMER_FAULT that could never fire is refused before any work
     if args.command in PLAIN_COMMANDS:
         return PLAIN_COMMANDS[args.command](args)
     cfg = load_pipeline(args)
@@ -69,6 +75,15 @@ def dispatch(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C before the command's stop handler is in place or after it is removed
+        print("toolformer: stopped by SIGINT; kept every file written so far (each is written whole or not at all)",
+              file=sys.stderr)
+        return 128 + signal.SIGINT
+
+
+def _main(argv: list[str] | None) -> int:
     from toolformer.rundir.files import disk_full
 
     parser = build_parser()
@@ -96,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     with stops.handled():
         try:
-            return dispatch(args)
+            with stops.blamed():  # an error a stop caused (a library that caught it) is reported as the stop
+                return dispatch(args)
         except (stops.Stopped, KeyboardInterrupt) as e:
             signum = e.signum if isinstance(e, stops.Stopped) else signal.SIGINT
             kept = stops.kept() or "every file written so far (each is written whole or not at all)"

@@ -34,7 +34,7 @@ def cmd_tasks_lmeval(args) -> int:
     from toolformer.integrations.lmeval_tasks import write_task
 
     done = write_task(args.file, args.out, args.name, args.format, args.kind, args.prompt, args.max_words,
-                      args.decimals, args.max_items, args.max_new_tokens, args.call_style)
+                      args.decimals, args.max_items, args.max_new_tokens, args.call_style, args.force)
     dropped = f", {done['not_numbers']:,} without a number left out" if done["not_numbers"] else ""
     print(f"tasks lmeval: {done['task']}: {done['items']:,} items ({done['format']}, {done['kind']}; "
           f"{done['skipped']:,} records skipped{dropped}) in {done['folder']}; run: toolformer lm-eval run --model "

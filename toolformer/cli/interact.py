@@ -266,6 +266,7 @@ def chat_loop(tf: ToolformerModel, console, opts: dict) -> int:
         except (KeyboardInterrupt, stops.Stopped) as e:
             if isinstance(e, stops.Stopped) and e.signum != signal.SIGINT:
                 raise
+            stops.forget()
             console.print(Text("(stopped)", style="dim"))
 
 

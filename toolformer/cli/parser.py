@@ -223,6 +223,8 @@ def _add_lmeval_task_command(tasks_sub: argparse._SubParsersAction) -> None:
     c.add_argument("--max-items", type=int, default=0, help="the first this many items (0: all)")
     c.add_argument("--max-new-tokens", type=int, default=0, help="the task's max_gen_toks (0: the model's default)")
     c.add_argument("--call-style", default="plain", help="call syntax removed from outputs (the model's)")
+    c.add_argument("--force", action="store_true",
+                   help="replace NAME.yaml, NAME.jsonl or utils.py that are not this command's unchanged output")
 
 
 def _add_preflight_command(sub: argparse._SubParsersAction) -> None:

@@ -1,6 +1,7 @@
 """YAML read safely and within bounds: plain data only (:class:`yaml.SafeLoader`), a document refused past
-:data:`MAX_NODES` values with its aliases expanded ("billion laughs"), nested too deeply, or containing
-itself; :mod:`toolformer.config.load` reads config files and overrides with it."""
+:data:`MAX_NODES` values with its aliases expanded ("billion laughs"), nested too deeply, containing
+itself, or giving one key twice in a mapping (YAML would keep the last silently); :mod:`toolformer.config.load`
+reads config files and overrides with it."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ MAX_BYTES = 16_000_000
 
 
 class YamlRefused(yaml.YAMLError):
-    """A YAML document too large with its aliases expanded, nested too deeply, or containing itself."""
+    """A YAML document too large with its aliases expanded, nested too deeply, containing itself, or with a
+    mapping that gives one key twice."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -52,9 +54,26 @@ def _check_nodes(root: yaml.Node, limit: int = MAX_NODES) -> None:
         elif id(node) in open_:
             raise YamlRefused(f"an alias refers to a value that contains it, line {node.start_mark.line + 1}")
         elif id(node) not in size:
+            _check_keys(node)
             open_.add(id(node))
             stack.append((node, True))
             stack.extend((c, False) for c in _children(node))
+
+
+def _check_keys(node: yaml.Node) -> None:
+    """Refuse (YamlRefused) a mapping that gives one key twice: the loader would keep the last value silently,
+    so an edit lower in a file could undo one above it unseen. ``<<`` merge keys are left to YAML."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    seen: dict[tuple[str, str], int] = {}
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
+            continue
+        line = key.start_mark.line + 1
+        if (key.tag, key.value) in seen:
+            raise YamlRefused(f"key {key.value!r} given twice in one mapping (lines {seen[key.tag, key.value]} "
+                              f"and {line}); keep the one meant")
+        seen[key.tag, key.value] = line
 
 
 def parse_yaml(text: str) -> Any:

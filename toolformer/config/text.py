@@ -1,4 +1,4 @@
-"""Text from bytes: UTF-8, or an error that says where it is not.
+"""Text from bytes: UTF-8, or an error that says where it is not; JSON from text (:func:`parse_json`).
 
 In the config layer, the highest one, so that every reader of files may use it (the config loader, the run
 folder's records, the tools' data, the corpus, the task files, the prompt files). Each caller keeps its own
@@ -7,6 +7,7 @@ wording of the error (``message``); the decoding and where the first bad byte li
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,3 +32,16 @@ def decode_utf8(data: bytes, where: str | Path, message: str = UTF8_ERROR, line:
                   "offset": start, "column": start - (data.rfind(b"\n", 0, start) + 1), "byte": data[start],
                   "reason": e.reason, **extra}
         raise error(message.format(**fields)) from None
+
+
+TOO_DEEP = "nested too deeply to read"
+
+
+def parse_json(text: str) -> object:
+    """``json.loads(text)``; a document nested deeper than Python's recursion limit (``[[[…]]]``: valid JSON, but
+    the parser's RecursionError) is a :class:`json.JSONDecodeError` like any other bad JSON, so every reader
+    rejects it as it rejects a line that is not JSON."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(TOO_DEEP, text, 0) from None

@@ -46,7 +46,7 @@ from itertools import islice
 from pathlib import Path
 
 from toolformer.config.schema import CorpusConfig
-from toolformer.config.text import decode_utf8
+from toolformer.config.text import decode_utf8, parse_json
 from toolformer.rundir.folder import GOLD_CALLS
 from toolformer.rundir.inputs import check_hub, require
 
@@ -199,7 +199,7 @@ def _read_jsonl(files: list[tuple[Path, str | None]], cfg: CorpusConfig, rejecte
                 if not line.strip():
                     continue  # blank lines are not records
                 try:
-                    row = json.loads(line)
+                    row = parse_json(line)
                 except json.JSONDecodeError as e:
                     rejected.append({"source": where, "reason": f"invalid JSON: {e.msg}", "raw": line[:500]})
                     continue

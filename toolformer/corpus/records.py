@@ -12,8 +12,13 @@ them equal; ``python -m toolformer.corpus.records`` prints it).
 
 from __future__ import annotations
 
+import functools
 import typing
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, TypedDict
+
+from toolformer.rundir.files import IntegrityError, iter_jsonl
 
 
 class SampleRecord(TypedDict):
@@ -104,6 +109,55 @@ def fields(record: type) -> dict[str, tuple[object, str]]:
 def required(stage: str) -> tuple[str, ...]:
     """Keys every record of ``stage`` has (a shard line without one is malformed)."""
     return tuple(fields(STAGE_RECORDS[stage]))
+
+
+def check_record(stage: str, record: dict, complete: bool = True) -> str:
+    """What keeps ``record`` from being a record of ``stage`` ('' when nothing): a field missing (unless not
+    ``complete``: only the fields it has are checked) or of another type than :data:`STAGE_RECORDS` declares (a
+    record that claims a tool of null, a position of "x")."""
+    for name, (tp, _) in _fields_of(stage).items():
+        if name not in record:
+            if not complete:
+                continue
+            return f"no field {name!r}"
+        if not _matches(record[name], tp):
+            return f"field {name!r} is {_json_type(record[name])}, not {type_name(tp)} as in every {stage} record"
+    return ""
+
+
+def read_records(path: Path, stage: str, remedy: str = "", complete: bool = True) -> Iterator[tuple[int, dict]]:
+    """(line, record) of a shard of ``stage``; a line that is not a record of the stage (:func:`check_record`)
+    raises IntegrityError naming the file and line, followed by ``remedy``."""
+    for n, rec in iter_jsonl(path):
+        problem = check_record(stage, rec, complete)
+        if problem:
+            raise IntegrityError(f"{path}:{n}: {problem}" + (f": {remedy}" if remedy else ""))
+        yield n, rec
+
+
+@functools.lru_cache
+def _fields_of(stage: str) -> dict[str, tuple[object, str]]:
+    return fields(STAGE_RECORDS[stage])
+
+
+def _matches(value: object, tp: object) -> bool:
+    """Whether JSON ``value`` has type ``tp`` (an int is a float; a bool is not an int)."""
+    args = typing.get_args(tp)
+    if typing.get_origin(tp) is list:
+        return isinstance(value, list) and all(_matches(v, args[0]) for v in value)
+    if args:  # X | None
+        return any(_matches(value, a) for a in args)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return value is None if tp is type(None) else isinstance(value, tp)  # type: ignore[arg-type]
+
+
+def _json_type(value: object) -> str:
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}"
+    return "null" if value is None else type_name(type(value))
 
 
 def type_name(tp: object) -> str:

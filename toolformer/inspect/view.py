@@ -19,7 +19,7 @@ import numpy as np
 
 from toolformer.config.load import ConfigError, load_config
 from toolformer.config.schema import PipelineConfig
-from toolformer.corpus.records import margin, required, scored_margin
+from toolformer.corpus.records import margin, read_records, scored_margin
 from toolformer.rundir.files import read_jsonl
 from toolformer.rundir.folder import DOCUMENTS, MANIFEST
 
@@ -60,7 +60,7 @@ def read_stage(run_dir: Path, name: str) -> StageState:
         except json.JSONDecodeError as e:
             raise ValueError(f"{manifest_path}: invalid JSON: {e.msg}") from None
     shards = sorted(d.glob("shard-*.jsonl")) if name in CALL_STAGES else []
-    records = [r for s in shards for r in read_jsonl(s, required(name))]
+    records = [r for s in shards for _, r in read_records(s, name)]
     state = "complete" if manifest is not None else ("partial" if shards else "missing")
     return StageState(name, state, manifest, records)
 

@@ -33,6 +33,8 @@ from toolformer.tools.calls import get_style
 # The prompts of the project's configs (configs/demo.yaml, configs/tiny.yaml, configs/eval_example.yaml's LAMA).
 KIND_PROMPTS = {"math": "{question} The answer is", "qa": "Question: {question} Answer:", "lama": "{question}"}
 TASK_KEY = "toolformer_task"  # the YAML's dataset_kwargs entry load_docs reads
+HEADER = "# lm-evaluation-harness task written by `toolformer tasks lmeval` from "  # NAME.yaml's first line
+MAX_OWN_YAML = 1 << 20  # a NAME.yaml or utils.py longer than this is not one this command wrote
 UTILS = '''"""lm-evaluation-harness hooks of the tasks in this folder, written by `toolformer tasks lmeval` (toolformer
 must be installed where lm_eval runs): each task's items are the JSONL file its YAML names, beside this file, and
 each output is scored with the project's metric (toolformer/integrations/lmeval_tasks.py)."""
@@ -88,7 +90,7 @@ def task_yaml(name: str, source: str, settings: dict, max_new_tokens: int) -> st
     if max_new_tokens:
         gen.append(f"  max_gen_toks: {max_new_tokens}")
     lines = [
-        f"# lm-evaluation-harness task written by `toolformer tasks lmeval` from {source}.",
+        f"{HEADER}{source}.",
         "# Greedy, no stop sequence (as `toolformer evaluate` decodes); the metric is the paper's, as",
         "# `toolformer score` computes it (toolformer/integrations/lmeval_tasks.py). Run with the toolformer model:",
         f"#   toolformer lm-eval run --model toolformer --model_args pretrained=MODEL --tasks {name} "
@@ -115,11 +117,12 @@ def task_yaml(name: str, source: str, settings: dict, max_new_tokens: int) -> st
 
 def write_task(path: str | Path, out: str | Path, name: str, fmt: str = "auto", kind: str | None = None,
                prompt: str | None = None, max_words: int = 0, decimals: int = 2, max_items: int = 0,
-               max_new_tokens: int = 0, call_style: str = "plain") -> dict:
+               max_new_tokens: int = 0, call_style: str = "plain", force: bool = False) -> dict:
     """Write the lm-eval task ``name`` of task file ``path`` into folder ``out`` (see the module doc); return
     what was written and counted. ``max_new_tokens`` > 0 sets the task's ``max_gen_toks`` (else the model's
     own default applies: the folder's ``evaluate.max_new_tokens`` for the toolformer model); ``call_style`` is
-    the call syntax removed from outputs before scoring (the model's ``calls.style``)."""
+    the call syntax removed from outputs before scoring (the model's ``calls.style``). Files of the folder that
+    are not this function's own unchanged output are replaced only with ``force`` (:func:`check_replaceable`)."""
     name = _safe_name(name)
     get_style(call_style)
     if max_items < 0 or max_new_tokens < 0:
@@ -132,6 +135,8 @@ def write_task(path: str | Path, out: str | Path, name: str, fmt: str = "auto", 
     digest = hashlib.sha256(src.read_bytes()).hexdigest()[:16]
     source = f"{src.name} (format {fmt}, sha256 {digest}...; {len(data.items)} items)"
     folder = Path(out)
+    if not force:
+        check_replaceable(folder, name)
     folder.mkdir(parents=True, exist_ok=True)
     items = "".join(json.dumps({"id": i.id, "question": i.question, "answers": i.answers, "date": i.date},
                                ensure_ascii=False) + "\n" for i in data.items)
@@ -140,6 +145,41 @@ def write_task(path: str | Path, out: str | Path, name: str, fmt: str = "auto", 
     atomic_write_text(folder / "utils.py", UTILS)
     return {"task": name, "format": fmt, "items": len(data.items), "skipped": len(data.skipped),
             "not_numbers": left_out, "folder": str(folder), **settings}
+
+
+def check_replaceable(folder: Path, name: str) -> None:
+    """Refuse (ValueError naming the file) to replace a file of ``folder`` that is not this command's own
+    unchanged output: ``utils.py`` other than :data:`UTILS`, a ``NAME.yaml`` that :func:`own_yaml` does not
+    recognise, or a ``NAME.jsonl`` not beside such a ``NAME.yaml``."""
+    yaml_path, items_path, utils_path = folder / f"{name}.yaml", folder / f"{name}.jsonl", folder / "utils.py"
+    ours = _plain_file(yaml_path) and yaml_path.stat().st_size <= MAX_OWN_YAML and own_yaml(
+        yaml_path.read_bytes().decode("utf-8", "replace"), name)
+    checks = ((yaml_path, ours), (items_path, ours),
+              (utils_path, _plain_file(utils_path) and utils_path.stat().st_size <= MAX_OWN_YAML
+               and utils_path.read_bytes() == UTILS.encode()))
+    for path, replaceable in checks:
+        if (path.exists() or path.is_symlink()) and not replaceable:
+            raise ValueError(f"{path}: exists and is not the unchanged output of `toolformer tasks lmeval`; "
+                             "--force replaces it")
+
+
+def _plain_file(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
+
+
+def own_yaml(text: str, name: str) -> bool:
+    """Whether ``text`` is ``NAME.yaml`` as :func:`task_yaml` writes it, unchanged: rendered again from the
+    source, settings and decoding it states, it is the same text."""
+    lines = text.split("\n")
+    if not lines[0].startswith(HEADER) or not lines[0].endswith("."):
+        return False
+    try:
+        spec = {k: json.loads(v) for k, _, v in (ln[4:].partition(": ") for ln in lines if ln.startswith("    "))}
+        max_new = next((int(ln.split(": ", 1)[1]) for ln in lines if ln.startswith("  max_gen_toks: ")), 0)
+    except (ValueError, RecursionError):
+        return False
+    spec.pop("items", None)
+    return task_yaml(name, lines[0][len(HEADER):-1], spec, max_new) == text
 
 
 def load_docs(folder: Path, **kwargs) -> dict:

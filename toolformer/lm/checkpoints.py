@@ -46,7 +46,7 @@ def save_whole(accelerator, model, tokenizer, output_dir: Path, dtype: torch.dty
             for f in sorted(tmp.iterdir()):
                 os.replace(f, output_dir / f.name)
     except Exception as e:
-        if disk_full(e):
+        if disk_full(e, tmp):
             raise disk_full_error(output_dir) from e
         raise
     finally:
@@ -63,9 +63,10 @@ def save_checkpoint(accelerator, path: Path, saved: dict) -> None:
         if accelerator.is_main_process:
             atomic_write_text(path / CHECKPOINT_STATE, json.dumps(saved) + "\n")
     except Exception as e:
+        full = disk_full(e, path)  # before the partial checkpoint is deleted: that frees the space
         if accelerator.is_main_process:
             shutil.rmtree(path, ignore_errors=True)  # an incomplete checkpoint is never resumed
-        if disk_full(e):
+        if full:
             raise disk_full_error(path) from e
         raise
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from toolformer.config.text import decode_utf8
+from toolformer.config.text import decode_utf8, parse_json
 
 
 class IntegrityError(ValueError):
@@ -20,11 +20,32 @@ class IntegrityError(ValueError):
     (the command line exits with status 2)."""
 
 
-def disk_full(e: BaseException) -> bool:
-    """An OSError ENOSPC, or a library's error wrapping one (safetensors' SafetensorError)."""
+LOW_SPACE = 1 << 20
+"""Free bytes under which a file system counts as full when a library's write fails without saying why."""
+
+
+def disk_full(e: BaseException, where: str | Path | None = None) -> bool:
+    """An OSError ENOSPC, or a library's error wrapping one (safetensors' SafetensorError). With ``where`` (the
+    path being written), also a library's write error that does not say why -- ``torch.save`` raises
+    RuntimeError "basic_ios::clear: iostream error" or "unexpected pos" -- while the file system holding
+    ``where`` has less than :data:`LOW_SPACE` left (call this before deleting what the failed write left)."""
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         return True
-    return "No space left on device" in str(e) or "StorageFull" in str(e)
+    if "No space left on device" in str(e) or "StorageFull" in str(e):
+        return True
+    return where is not None and isinstance(e, RuntimeError) and free_bytes(Path(where)) < LOW_SPACE
+
+
+def free_bytes(path: Path) -> int:
+    """Bytes an unprivileged write may still use on the file system holding ``path`` (or its nearest existing
+    folder); a very large number when that cannot be told."""
+    for p in (path, *path.parents):
+        try:
+            st = os.statvfs(p)
+        except OSError:
+            continue
+        return st.f_bavail * st.f_frsize
+    return 1 << 62
 
 
 def disk_full_error(path: str | Path) -> OSError:
@@ -88,7 +109,7 @@ def jsonl_records(lines: Iterable[str], where: str | Path) -> Iterator[tuple[int
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = parse_json(line)
         except json.JSONDecodeError as e:
             raise ValueError(f"{where}:{n}: invalid JSON: {e.msg}") from None
         if not isinstance(rec, dict):
@@ -118,7 +139,7 @@ def read_json(path: Path, remedy: str) -> dict:
     text = decode_utf8(path.read_bytes(), path, "{where}: unreadable (invalid UTF-8 at byte {offset}): {remedy}",
                        error=IntegrityError, remedy=remedy)
     try:
-        data = json.loads(text)
+        data = parse_json(text)
     except json.JSONDecodeError as e:
         raise IntegrityError(f"{path}: unreadable (invalid JSON: {e.msg}, line {e.lineno} column {e.colno}): "
                              f"{remedy}") from None

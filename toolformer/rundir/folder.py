@@ -25,6 +25,7 @@ missing, cut short or changed, a manifest or index that cannot be read, is an
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -294,23 +295,26 @@ def write_documents(run_dir: str | Path, docs: Iterable[dict]) -> Path:
     """``documents.jsonl`` and its index ``documents.sqlite`` (doc_id -> line),
     written from ``docs`` as they come (never all in memory)."""
     path = Path(run_dir) / "sample" / DOCUMENTS
+    digest = hashlib.sha256()
     with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as f:
 
         def rows() -> Iterator[dict]:  # each row written to the file as the index takes it
             for d in docs:
                 row = document_row(d)
-                f.write(dumps(row) + "\n")
+                line = dumps(row) + "\n"
+                f.write(line)
+                digest.update(line.encode("utf-8"))
                 yield row
 
-        index_documents(path, rows())
+        index_documents(path, rows(), digest)
         f.flush()
         os.fsync(f.fileno())
     return path
 
 
-def index_documents(path: Path, rows: Iterable[dict] | None = None) -> Path:
-    """``documents.sqlite`` beside ``documents.jsonl``: doc_id -> its row
-    (``rows``, or the rows of the file when not given)."""
+def index_documents(path: Path, rows: Iterable[dict] | None = None, digest=None) -> Path:
+    """``documents.sqlite`` beside ``documents.jsonl``: doc_id -> its row (``rows``, or the rows of the file
+    when not given), and the sha256 of the file it indexes (``digest``, fed as ``rows`` were written)."""
     index = path.with_name(DOCUMENT_INDEX)
     rows = rows if rows is not None else (rec for _, rec in iter_jsonl(path))
     with atomic_path(index) as tmp:
@@ -321,6 +325,9 @@ def index_documents(path: Path, rows: Iterable[dict] | None = None) -> Path:
             for chunk in chunked(rows, 1000):
                 db.executemany("INSERT OR REPLACE INTO documents VALUES (?, ?)",
                                ((str(r["doc_id"]), dumps(r)) for r in chunk))
+            sha = digest.hexdigest() if digest is not None else file_digest(path)["sha256"]
+            db.execute("CREATE TABLE source (sha256 TEXT NOT NULL)")
+            db.execute("INSERT INTO source VALUES (?)", (sha,))
             db.commit()
         finally:
             db.close()
@@ -350,9 +357,20 @@ class DocumentStore:
         try:
             with self._reading():
                 self.db.execute("SELECT row FROM documents LIMIT 1").fetchall()
+                self._check_source()
         except IntegrityError:
             self.db.close()
             raise
+
+    def _check_source(self) -> None:
+        """The index is that of this ``documents.jsonl`` (the sha256 it was built from is the one the sample
+        manifest lists), not another run's copied in. An index of an older toolformer records no source."""
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'source'").fetchone():
+            return
+        built_from = self.db.execute("SELECT sha256 FROM source").fetchone()
+        listed = ((StageFolder(self.path.parent.parent, "sample").manifest() or {}).get("files") or {}).get(DOCUMENTS)
+        if isinstance(listed, dict) and listed.get("sha256") not in (None, built_from and built_from[0]):
+            raise IntegrityError(f"{self.index}: the index of another {DOCUMENTS}, not this run's: {self.remedy}")
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -366,7 +384,8 @@ class DocumentStore:
         with self._reading():
             row = self.db.execute("SELECT row FROM documents WHERE doc_id = ?", (str(doc_id),)).fetchone()
             if row is None:
-                raise KeyError(f"{self.path}: no document {doc_id!r}")
+                raise IntegrityError(f"{self.path}: no document {doc_id!r}, which a record of this run names: "
+                                     "rerun `toolformer sample --force` (with this run's --config and overrides)")
             return json.loads(row[0])
 
     def close(self) -> None:

@@ -70,10 +70,49 @@ def fault_point(stage: str, done: int) -> None:
     process (only rank ``<rank>`` of a launch, when given) sends itself the
     signal (default SIGKILL; e.g. SIGINT) once it has completed ``n`` units of
     work (shards, checkpoints) of that stage, once. Unset, this does nothing."""
+    fault = fault_setting()
+    if fault and fault[0] == stage and done == fault[1] and fault[3] in (None, ranks().rank):
+        os.kill(os.getpid(), fault[2])
+
+
+def fault_setting() -> tuple[str, int, int, int | None] | None:
+    """``TOOLFORMER_FAULT`` read as (stage, n, signal number, rank or None); None when unset or empty. A value
+    not of that form (an unknown stage or signal, a count or rank that is not a number) is a ValueError naming
+    the variable: the command line checks it before any work, so a fault asked for is never silently skipped."""
+    value = os.environ.get("TOOLFORMER_FAULT", "")
+    if not value:
+        return None
+    parts = value.split(":")
+    problem = _fault_problem(parts)
+    if problem:
+        raise ValueError(f"TOOLFORMER_FAULT={value!r}: {problem}")
+    name, n, sig, rank = (*parts, "", "")[:4]
+    return name, int(n), _signal(sig or "SIGKILL") or 0, int(rank) if rank else None
+
+
+def _fault_problem(parts: list[str]) -> str:
+    """What is wrong with ``TOOLFORMER_FAULT`` split at its colons ('' when nothing)."""
+    from toolformer.config.schema import STAGES
+
+    if not 2 <= len(parts) <= 4:
+        return "not <stage>:<n>[:<signal>[:<rank>]]"
+    name, n, sig, rank = (*parts, "", "")[:4]
+    if name not in STAGES and not (name.startswith("round-") and name[6:].isdigit()):
+        return f"unknown stage {name!r} (known: {', '.join(STAGES)}, or round-N of the chain)"
+    if not (n.isdigit() and int(n) > 0):
+        return f"{n!r} is not a count of completed units of work (a whole number from 1)"
+    if sig and _signal(sig) is None:
+        return f"unknown signal {sig!r} (a name such as SIGKILL, SIGINT or SIGTERM, or its number)"
+    if rank and not rank.isdigit():
+        return f"{rank!r} is not a process rank (a whole number from 0)"
+    return ""
+
+
+def _signal(sig: str) -> int | None:
+    """The number of signal ``sig`` (a name like SIGINT, or a number), None for one this system does not have."""
     import signal
 
-    name, _, rest = os.environ.get("TOOLFORMER_FAULT", "").partition(":")
-    n, _, rest = rest.partition(":")
-    sig, _, rank = rest.partition(":")
-    if name == stage and n.isdigit() and done == int(n) and (not rank or int(rank) == ranks().rank):
-        os.kill(os.getpid(), getattr(signal, sig or "SIGKILL"))
+    try:
+        return int(signal.Signals(int(sig)) if sig.isdigit() else signal.Signals[sig])
+    except (KeyError, ValueError):
+        return None

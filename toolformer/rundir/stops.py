@@ -12,7 +12,8 @@ again. A signal outside these blocks, or a second one, raises :class:`Stopped`
 at once; nothing partial is left that a rerun would take for complete, since
 every output is written to a temporary name and renamed. The command line
 turns :class:`Stopped` into one line -- what was kept and how to resume -- and
-exit status 128 + the signal number (130 for SIGINT, 143 for SIGTERM).
+exit status 128 + the signal number (130 for SIGINT, 143 for SIGTERM), also when a library caught the
+:class:`Stopped` and failed with another error (:func:`blamed`).
 """
 
 from __future__ import annotations
@@ -33,11 +34,14 @@ class Stopped(Exception):
         self.signum = signum
 
 
-# depth: deferred blocks entered; abandon: abandonable blocks entered since the innermost deferred one.
-_state: dict = {"depth": 0, "abandon": 0, "pending": None, "kept": ""}
+# depth: deferred blocks entered; abandon: abandonable blocks entered since the innermost deferred one;
+# received: the first signal of the handled() block, whatever became of the Stopped it raised.
+_state: dict = {"depth": 0, "abandon": 0, "pending": None, "kept": "", "received": None}
 
 
 def _handler(signum: int, frame) -> None:
+    if _state["received"] is None:
+        _state["received"] = signum
     if _state["depth"] and not _state["abandon"] and _state["pending"] is None:
         _state["pending"] = signum  # quietly: the command's last line will say what was kept
         return
@@ -52,13 +56,31 @@ def handled() -> Iterator[None]:
         yield
         return
     previous = {s: signal.signal(s, _handler) for s in SIGNALS}
-    _state.update(depth=0, abandon=0, pending=None, kept="")
+    _state.update(depth=0, abandon=0, pending=None, kept="", received=None)
     try:
         yield
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
         _state.update(depth=0, abandon=0, pending=None)  # a stop belongs to this block only
+
+
+@contextmanager
+def blamed() -> Iterator[None]:
+    """Inside :func:`handled`: an error raised after a stop signal arrived is the stop's doing -- a library
+    caught :class:`Stopped` and failed otherwise, or an import it cut off half way left a module broken -- so
+    :class:`Stopped` is raised in its place (from it), and the command ends with its one line, not a traceback."""
+    try:
+        yield
+    except Exception as e:
+        if _state["received"] is not None and not isinstance(e, Stopped):
+            raise Stopped(_state["received"]) from e
+        raise
+
+
+def forget() -> None:
+    """The command dealt with the stop and goes on (``chat``: Ctrl-C ends one answer): later errors are its own."""
+    _state.update(received=None, pending=None)
 
 
 def pending() -> int | None:

@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 from toolformer.config.load import config_hash, to_dict
 from toolformer.config.schema import STAGES, PipelineConfig
-from toolformer.rundir.files import count_records, iter_jsonl
+from toolformer.corpus.records import read_records
+from toolformer.rundir.files import IntegrityError, count_records
 from toolformer.rundir.folder import StageFolder, upstream_total
 from toolformer.rundir.parallel import Ranks, ranks
 from toolformer.rundir.sharding import run_sharded
@@ -144,26 +145,34 @@ class StageRun:
 
 
 def per_upstream_shard(run: StageRun, upstream: StageFolder,
-                       process: Callable[[int, list[Any]], Sequence[Mapping[str, Any]]]) -> None:
+                       process: Callable[[int, list[Any]], Sequence[Mapping[str, Any]]], tools: Sequence[str]) -> None:
     """Shard g of ``run`` = ``process(g, records of upstream shard g)`` for the shards this process owns, one
-    upstream shard in memory at a time, with a progress bar in records."""
+    upstream shard in memory at a time, with a progress bar in records. Each upstream record is first checked:
+    one that is not a record of its stage, or that names a tool not in ``tools`` (tools.enabled), is an
+    IntegrityError naming the shard and line (:class:`UpstreamShard`)."""
     from tqdm.auto import tqdm
 
     with tqdm(total=upstream_total(upstream), desc=run.stage.name, unit="call", disable=not ranks().main) as bar:
-        run_sharded(run.stage, ([UpstreamShard(s)] for s in upstream.shards()),
+        run_sharded(run.stage, ([UpstreamShard(s, upstream, tools)] for s in upstream.shards()),
                     lambda g, shards: process(g, shards[0].records()), bar, width=lambda shards: len(shards[0]))
 
 
 class UpstreamShard:
-    """One upstream shard file, read once when its records are needed; its length without parsing otherwise."""
+    """One shard file of stage ``upstream``, read once when its records are needed (each checked: its stage's
+    fields and types, a tool of ``tools``); its length without parsing otherwise."""
 
-    def __init__(self, path: Path):
-        self.path = path
+    def __init__(self, path: Path, upstream: StageFolder, tools: Sequence[str]):
+        self.path, self.upstream, self.tools = path, upstream, tools
         self._records: list[dict] | None = None
 
     def records(self) -> list[dict]:
         if self._records is None:
-            self._records = [rec for _, rec in iter_jsonl(self.path)]
+            self._records = []
+            for n, rec in read_records(self.path, self.upstream.name, self.upstream.rebuild):
+                if rec["tool"] not in self.tools:
+                    raise IntegrityError(f"{self.path}:{n}: tool {rec['tool']!r} is not in tools.enabled "
+                                         f"({', '.join(self.tools)}): {self.upstream.rebuild}")
+                self._records.append(rec)
         return self._records
 
     def __len__(self) -> int:

@@ -35,7 +35,15 @@ from typing import Any
 from tqdm import tqdm
 
 from toolformer.config.schema import PipelineConfig
-from toolformer.corpus.records import KEPT_REQUIRED, CallProvenance, DatasetRow, fields, scored_margin, type_name
+from toolformer.corpus.records import (
+    KEPT_REQUIRED,
+    CallProvenance,
+    DatasetRow,
+    fields,
+    read_records,
+    scored_margin,
+    type_name,
+)
 from toolformer.rundir.files import atomic_write_text, disk_full, disk_full_error, dumps, iter_jsonl
 from toolformer.rundir.folder import StageFolder, read_documents
 from toolformer.rundir.sharding import fault_point
@@ -47,12 +55,13 @@ AUGMENTED = "augmented.jsonl"
 
 
 def read_kept(filter_dir: Path) -> list[dict]:
-    """Kept records of every filter shard, in order; a malformed line or a kept
-    record without a required key is an error naming the shard and line."""
+    """Kept records of every filter shard, in order; a malformed line, a field of another type than a filter
+    record's (:func:`~toolformer.corpus.records.check_record`) or a kept record without a required key is an
+    error naming the shard and line."""
     kept: list[dict] = []
     shards = sorted(filter_dir.glob("shard-*.jsonl"))
     for shard in tqdm(shards, desc="build: read filter shards", unit="shard", disable=len(shards) < 2):
-        for line_no, record in iter_jsonl(shard):
+        for line_no, record in read_records(shard, "filter", complete=False):
             if not record.get("kept"):
                 continue
             for key in KEPT_REQUIRED:

@@ -42,7 +42,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
         return [ExecuteRecord(**r, result=o.result, error=o.error) for r, o in zip(group, outcomes)]
 
     try:
-        per_upstream_shard(run, upstream, process)
+        per_upstream_shard(run, upstream, process, cfg.tools.enabled)
     finally:
         sandbox.close()  # stops the MCP servers
     docs.close()

@@ -134,7 +134,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
     docs = DocumentStore(cfg.run_dir)
     scorer = CandidateScorer(cfg, model, tok, docs)
 
-    per_upstream_shard(run, upstream, lambda g, group: scorer.score(group))
+    per_upstream_shard(run, upstream, lambda g, group: scorer.score(group), cfg.tools.enabled)
     docs.close()
     if run.all_done():
         finish(cfg, run)

@@ -52,7 +52,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolformer.config.text import decode_utf8
+from toolformer.config.text import decode_utf8, parse_json
 from toolformer.tasks.metrics import gold_numbers, strip_units
 
 
@@ -104,7 +104,7 @@ def _json_lines(path: Path, text: str) -> Iterator[Record]:
             continue
         where = f"{path}: line {n}"
         try:
-            yield Record(where, n - 1, json.loads(line))
+            yield Record(where, n - 1, parse_json(line))
         except json.JSONDecodeError as e:
             yield Record(where, n - 1, error=SkipItem("invalid JSON", e.msg))
 
@@ -117,7 +117,7 @@ def read_records(path: Path) -> list[Record]:
     head = text.lstrip()[:1]
     if head == "[" or head == "{":
         try:
-            data = json.loads(text)
+            data = parse_json(text)
         except json.JSONDecodeError as e:
             if head == "[":
                 raise TaskFormatError(f"{path}: line {e.lineno}: invalid JSON: {e.msg}") from None

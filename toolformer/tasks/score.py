@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from toolformer.config.text import decode_utf8
+from toolformer.config.text import decode_utf8, parse_json
 from toolformer.tasks.formats import FORMATS, KINDS, TaskData, TaskItem, detect_format
 from toolformer.tasks.metrics import default_max_words, gold_fits, math_score, model_answer, qa_score
 from toolformer.tools.calls import CallStyle, get_style, parse_calls
@@ -124,7 +124,7 @@ def read_predictions(path: Path) -> tuple[dict[str, str], list[str]]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = parse_json(line)
         except json.JSONDecodeError as e:
             problems.append(f"{path}: line {n}: invalid JSON: {e.msg}")
             continue

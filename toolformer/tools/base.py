@@ -12,8 +12,9 @@ must finish although the sandbox gives up on it runs in :func:`uninterrupted`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -70,6 +71,13 @@ def uninterrupted() -> Iterator[None]:
             raise CallAbandoned
 
 
+def prepare_data(load: Callable[[], None]) -> None:
+    """A tool's :meth:`Tool.prepare`: ``load()`` its data, index or model now; a failure (a missing or bad
+    file) is left for each call to report, as it is when the first call loads it."""
+    with contextlib.suppress(Exception):  # the calls return this error (each call loads again)
+        load()
+
+
 @dataclass
 class Tool:
     """Base of the tools. Subclasses set the class attributes and implement
@@ -124,6 +132,11 @@ class Tool:
         """The text of a call written ``[Name(text)]`` whose argument object is ``arguments`` (the inverse of
         :meth:`arguments`; ``mcp-serve`` turns an MCP call's arguments into it)."""
         return str(arguments.get("input", "")) if self.takes_input else ""
+
+    def prepare(self) -> None:
+        """Load what the tool's calls share (a data file and its index) before the first call, outside every
+        call's timeout: the sandbox calls it once when it is built. A failure is left for the calls to report
+        (each call tries again and returns the error). Most tools have nothing to load."""
 
     def close(self) -> None:
         """Release what the tool holds (an MCP tool stops its server); most tools hold nothing."""

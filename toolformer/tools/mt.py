@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, prepare_data
 
 
 class MT(Tool):
@@ -50,6 +50,13 @@ class MT(Tool):
 
         self._tokenizer = AutoTokenizer.from_pretrained(str(path))
         self._model = AutoModelForSeq2SeqLM.from_pretrained(str(path)).eval()
+
+    def prepare(self) -> None:
+        def load() -> None:
+            with self._lock:
+                self._load()
+
+        prepare_data(load)
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         import torch

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, prepare_data, uninterrupted
 from toolformer.tools.wikisearch import BM25Index, index_cache, read_data, tokenize_words
 
 # Function words dropped from a question before retrieval: they match every
@@ -66,7 +66,10 @@ class QA(Tool):
             if self._index is None:
                 self._facts, stamp = read_data(self.path, ("subject", "relation", "object"), "tools.knowledge")
                 texts = [f"{f['subject']} {f['relation']} {f.get('text', '')}" for f in self._facts]
-                self._index = BM25Index(texts, index_cache(self.path), stamp)
+                self._index = BM25Index(texts, index_cache(self.path), stamp, f"QA's knowledge {self.path}")
+
+    def prepare(self) -> None:
+        prepare_data(self._load)
 
     def run(self, tool_input: str, date: str | None = None) -> str:
         question = tool_input.strip()

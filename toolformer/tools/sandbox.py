@@ -9,7 +9,10 @@ error, so one hanging tool cannot hang a stage; the Python code still running
 in its thread is stopped (:class:`CallAbandoned` is raised there) as soon as
 the thread runs Python again, except inside :func:`uninterrupted` (a tool
 loading its data, bounded in size, finishes so that the next call finds it
-loaded). :meth:`Sandbox.close` (or leaving ``with sandbox:``)
+loaded). What a tool's calls share (WikiSearch's and QA's BM25 index) is loaded when the sandbox is built
+(:meth:`Tool.prepare`), outside every call's timeout: an index that takes longer to build than
+``tools.timeout_s`` is built once, before the first call, not given up on call after call.
+:meth:`Sandbox.close` (or leaving ``with sandbox:``)
 releases the tools: it stops the MCP servers of MCP tools.
 """
 
@@ -168,6 +171,8 @@ class Sandbox:
         self._cache: dict[tuple, Outcome] | None = {} if cache else None
         self._validators = {name: schema_validator(t) for name, t in tools.items()}  # built once, not per call
         self.calls_executed = 0  # calls that actually ran (cache misses)
+        for tool in tools.values():
+            tool.prepare()  # data and indexes loaded now, not inside the first call's timeout
 
     def key(self, tool: str, tool_input: str, date: str | None) -> tuple:
         t = self.tools.get(tool)

@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import re
 import stat
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from toolformer.config.load import share_path
 from toolformer.config.text import decode_utf8
-from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, uninterrupted
+from toolformer.tools.base import TEXT_PATTERN, Tool, ToolError, prepare_data, uninterrupted
 from toolformer.tools.datafiles import INDEX_SUFFIX, load_index, open_data, pinned, save_index
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -86,16 +87,25 @@ def read_data(path: str | Path, required: tuple[str, ...], setting: str) -> tupl
     return out, f"{st.st_size}:{st.st_mtime_ns}"
 
 
+PROGRESS_DOCS = 10_000
+"""Building the index of at least this many documents says so on stderr first (it may take a while)."""
+
+
 class BM25Index:
     """A bm25s index over ``texts``, saved beside the collection and reloaded
-    when the collection has not changed (same size and modification time)."""
+    when the collection has not changed (same size and modification time). ``what`` names the data in the
+    line printed before a long build."""
 
-    def __init__(self, texts: list[str], cache_dir: Path | None = None, stamp: str = ""):
+    def __init__(self, texts: list[str], cache_dir: Path | None = None, stamp: str = "", what: str = ""):
         import bm25s
 
         self.size = len(texts)
         saved = load_index(cache_dir, stamp) if cache_dir else None
         if saved is None:
+            if self.size >= PROGRESS_DOCS:
+                where = f"saved in {cache_dir} for later runs" if cache_dir else "kept in memory"
+                print(f"tools: building the BM25 index of {what or 'a tool'}: {self.size:,} documents ({where})",
+                      file=sys.stderr, flush=True)
             saved = bm25s.BM25()
             saved.index([tokenize_words(t) for t in texts], show_progress=False)
             if cache_dir:
@@ -157,7 +167,10 @@ class WikiSearch(Tool):
             if self._index is None:
                 self._docs, stamp = read_data(self.path, ("title", "text"), "tools.collection")
                 self._index = BM25Index([d["title"] + " " + d["text"] for d in self._docs], index_cache(self.path),
-                                        stamp)
+                                        stamp, f"WikiSearch's collection {self.path}")
+
+    def prepare(self) -> None:
+        prepare_data(self._load)
 
     def snippet(self, doc: dict) -> str:
         text = " ".join(doc["text"].split())
