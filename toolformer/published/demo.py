@@ -34,7 +34,7 @@ def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path) -> Pipelin
     """The pipeline config pointed at the world's files and the base model, with its evaluation sets and the
     control and two-call rows."""
     p = copy.deepcopy(cfg.pipeline)
-    p.model.path = str(base)
+    p.model.path = p.model.path or str(base)  # model.path set: annotate and tune that model instead
     p.corpus.path = str(root / "corpus.jsonl")
     p.tools.knowledge = str(root / "knowledge.jsonl")
     p.evaluate.perplexity_path = str(root / "heldout.jsonl")
@@ -122,6 +122,24 @@ def _print(results: dict) -> None:
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in results["wall_seconds"].items()))
 
 
+def nothing_kept(p: PipelineConfig) -> None:
+    """A ValueError (exit 2) naming the cause when the filter and chain kept no call: there is nothing to tune on."""
+    from toolformer.inspect.view import read_stage
+    from toolformer.smallworld.demo import kept_in
+
+    if kept_in(p.run_dir):
+        return
+    best: dict[str, float] = {}
+    for r in read_stage(Path(p.run_dir), "filter").records:
+        if r.get("loss_plus") is not None:
+            best[r["tool"]] = max(best.get(r["tool"], float("-inf")), r["loss_minus"] - r["loss_plus"])
+    raise ValueError("demo: the filter kept no call, so there is nothing to fine-tune on: the largest L⁻ − L⁺ was "
+                     + ", ".join(f"{t} {v:.2f}" for t, v in best.items())
+                     + f" (tau_f {p.filter.tau_filter:g}); the base model gains too little from a result in its "
+                     f"context (`python -m toolformer.published.lab copy {p.model.path}`; docs/published-world.md, "
+                     "\"Where it stands\")")
+
+
 def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     """The demo on published data into ``cfg.run_dir``; returns what ``RUN_DIR/results.json`` holds."""
     from toolformer.published.pretrain import pretrain_base_model
@@ -141,10 +159,14 @@ def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     atomic_write_text(Path(cfg.run_dir) / "published.yaml", "# The config of this run (toolformer demo --config "
                       "published.yaml reruns it).\n" + dump_published(cfg))
     root = timed("world", lambda: build_world(cfg, force=force))
-    base = timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
+    base = (Path(cfg.pipeline.model.path) if cfg.pipeline.model.path
+            else timed("pretrain", lambda: pretrain_base_model(cfg, force=force)))
     p = world_pipeline(cfg, root, base)
     save_resolved_config(p)
-    for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
+    for stage in ("sample", "execute", "filter", "chain"):
+        timed(stage, functools.partial(run_stage, stage, p, force=force))
+    nothing_kept(p)
+    for stage in ("build", "finetune"):
         timed(stage, functools.partial(run_stage, stage, p, force=force))
     timed("control finetune", lambda: control(p, force))
     timed("evaluate", lambda: run_stage("evaluate", p, force=force))

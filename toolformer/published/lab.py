@@ -1,0 +1,94 @@
+"""Measurements behind docs/published-world.md ("Where it stands"), as commands:
+
+``python -m toolformer.published.lab copy MODEL [MODEL ...]``
+    In-context copying: the loss per token of held-out sentences (RUN_DIR/world/heldout.jsonl, ``--world``) the
+    first time and said again right after. A model that copies from its context has a much lower second loss;
+    the filter needs that (a call's result is in the context before the text that states it).
+``python -m toolformer.published.lab margins RUN_DIR``
+    The filter's candidates ranked by L⁻ − L⁺, and the share of the top ones that are right against the gold
+    calls (GSM8K's annotations for Calculator, T-REx objects for QA): whether the base model's losses tell a
+    right result from a wrong one at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+from pathlib import Path
+
+from toolformer.published.gold import GOLD_SOURCES
+
+
+def copy_probe(model_dir: str, texts: list[str], max_tokens: int = 100) -> tuple[float, float]:
+    """(mean loss per token of each text, of the same text said again right after it)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    newline = tok("\n", add_special_tokens=False)["input_ids"]
+    first = second = 0.0
+    for text in texts:
+        ids = tok(text, add_special_tokens=False)["input_ids"][:max_tokens]
+        x = torch.tensor([[tok.bos_token_id, *ids, *newline, *ids]])  # (1, T)
+        with torch.no_grad():
+            logp = torch.log_softmax(model(x).logits[0, :-1].float(), -1)  # (T-1, V)
+        nll = -logp.gather(1, x[0, 1:, None])[:, 0]  # (T-1,)
+        first += nll[: len(ids)].mean().item()
+        second += nll[-len(ids):].mean().item()
+    return first / len(texts), second / len(texts)
+
+
+def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)) -> list[dict]:
+    """Per tool with gold and per top fraction of its candidates by L⁻ − L⁺: calls, the smallest margin among
+    them, right ones against gold, precision and recall."""
+    from toolformer.inspect.gold import match_gold
+    from toolformer.rundir.files import read_jsonl
+    from toolformer.rundir.folder import read_documents
+
+    records = [r for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")) for r in read_jsonl(f)]
+    documents = read_documents(run_dir)
+    rows = []
+    for tool, (prefix, _source) in GOLD_SOURCES.items():
+        docs = {k: v for k, v in documents.items() if k.startswith(prefix)}
+        scored = sorted((r for r in records if r["tool"] == tool and r["doc_id"] in docs
+                         and r.get("loss_plus") is not None), key=lambda r: r["loss_minus"] - r["loss_plus"],
+                        reverse=True)
+        for frac in fractions if scored else ():
+            top = scored[: max(1, int(len(scored) * frac))]
+            judged = match_gold([r | {"kept": True} for r in top], docs)
+            c = judged["per_tool"][tool] if judged else {"kept_right": 0, "precision": 0.0, "recall_right": 0.0,
+                                                         "gold": 0}
+            rows.append({"tool": tool, "top": frac, "calls": len(top),
+                         "margin_at_least": round(top[-1]["loss_minus"] - top[-1]["loss_plus"], 3),
+                         "right": c["kept_right"], "precision": c["precision"], "recall": c["recall_right"],
+                         "gold": c["gold"]})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m toolformer.published.lab")
+    sub = p.add_subparsers(dest="what", required=True)
+    c = sub.add_parser("copy")
+    c.add_argument("models", nargs="+")
+    c.add_argument("--world", default="runs/published/world")
+    c.add_argument("--texts", type=int, default=60)
+    m = sub.add_parser("margins")
+    m.add_argument("run_dir")
+    args = p.parse_args(argv)
+    if args.what == "copy":
+        from toolformer.rundir.files import read_jsonl
+
+        texts = [d["text"] for d in read_jsonl(Path(args.world) / "heldout.jsonl")][: args.texts]
+        for model in args.models:
+            a, b = copy_probe(model, texts)
+            print(f"{model}: loss per token of a held-out sentence {a:.2f}, the same sentence said again {b:.2f}")
+        return 0
+    for row in margins(args.run_dir):
+        print(json.dumps(row))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
