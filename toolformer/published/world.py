@@ -237,7 +237,9 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
                   "text": render(relations[f.relation]["template"], f.subject, f.object)}
                  for part in facts.values() for f in part]
     counts["knowledge"] = _write_jsonl(root / "knowledge.jsonl", knowledge)
-    heldout = [{"text": s} for f in rest for s in f.sentences[:1]]
+    asked_prompts = set(prompts)
+    heldout = [{"text": s} for f in rest for s in f.sentences[:1]] or [  # else the asked facts' other sentences
+        {"text": s} for f in facts["eval"] for s in f.sentences if not any(s.startswith(p) for p in asked_prompts)]
     random.Random(pc.seed).shuffle(heldout)
     counts["heldout"] = _write_jsonl(root / "heldout.jsonl", heldout[: pc.heldout_sentences or None])
     evals = _eval_files(root, lama, math)
