@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from helpers import built_run_with_two_calls, filter_record, read_jsonl, shard_records
 from jsonschema import Draft202012Validator
-
 from runs import tiny_built_run
+
 from toolformer.cli.app import main
 from toolformer.cli.parser import TRL_EXPORT_FORMATS
 from toolformer.config.schema import PipelineConfig
