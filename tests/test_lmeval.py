@@ -218,3 +218,24 @@ def test_bench_lmeval_names_a_missing_model_folder(tmp_path, capsys):
                  str(tmp_path / "none"), "--items", "2"]) == 2
     assert capsys.readouterr().err.strip() == f"toolformer: error: --model {tmp_path / 'none'}: no such model folder " \
                                               "(run the pipeline first, or name one)"
+
+
+def test_tasks_that_all_come_from_include_path_skip_lm_evals_own_index(tmp_path):
+    """lm-eval indexes its thousands of built-in task files before it runs anything; when every task asked for
+    is defined under --include_path that is skipped (and kept when one is not)."""
+    from toolformer.integrations.lmeval import own_tasks_only, without_default_tasks
+
+    (tmp_path / "svamp.yaml").write_text("task: svamp\ndataset_path: json\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "qa.yaml").write_text("task: qa\n")
+    assert own_tasks_only(["--tasks", "svamp,qa", "--include_path", str(tmp_path)])
+    assert own_tasks_only(["--tasks=svamp", f"--include_path={tmp_path}"])
+    assert not own_tasks_only(["--tasks", "svamp,gsm8k", "--include_path", str(tmp_path)])
+    assert not own_tasks_only(["--tasks", "svamp"])
+    import lm_eval.tasks as lm_tasks
+
+    original = lm_tasks.TaskManager
+    with without_default_tasks(True):
+        manager = lm_tasks.TaskManager(include_path=str(tmp_path))
+        assert manager is not None and lm_tasks.TaskManager is not original
+    assert lm_tasks.TaskManager is original

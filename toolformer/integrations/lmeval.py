@@ -20,6 +20,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from toolformer.rundir import stops
@@ -85,8 +86,57 @@ def stops_reach_lm_eval() -> Iterator[None]:
             signal.signal(s, handler)
 
 
+def _option(argv: list[str], name: str) -> str | None:
+    for k, arg in enumerate(argv):
+        if arg == name and k + 1 < len(argv):
+            return argv[k + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def own_tasks_only(argv: list[str]) -> bool:
+    """Whether every task ``--tasks`` names is defined by a YAML file under ``--include_path`` (``task: NAME``): then
+    lm-eval need not index its own thousands of task files first (most of its start-up on a CPU)."""
+    import re
+
+    tasks, include = _option(argv, "--tasks"), _option(argv, "--include_path")
+    if not tasks or not include or not Path(include).is_dir():
+        return False
+    defined = set()
+    for f in Path(include).rglob("*.yaml"):
+        try:
+            defined.update(re.findall(r"^task:\s*(\S+)\s*$", f.read_text(errors="replace"), re.MULTILINE))
+        except OSError:
+            continue
+    return {t.strip() for t in tasks.split(",") if t.strip()} <= defined
+
+
+@contextmanager
+def without_default_tasks(skip: bool):
+    """lm-eval's TaskManager without its built-in tasks while inside, when ``skip``."""
+    if not skip:
+        yield
+        return
+    import lm_eval.tasks as lm_tasks
+
+    original = lm_tasks.TaskManager
+
+    class OwnTasks(original):  # type: ignore[misc,valid-type]
+        def __init__(self, *args, **kwargs):
+            kwargs.setdefault("include_defaults", False)
+            super().__init__(*args, **kwargs)
+
+    lm_tasks.TaskManager = OwnTasks  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        lm_tasks.TaskManager = original  # type: ignore[misc]
+
+
 def run_cli(argv: list[str]) -> int:
-    """``toolformer lm-eval ARGS``: lm-eval's command line (``lm-eval ARGS``) with the model registered."""
+    """``toolformer lm-eval ARGS``: lm-eval's command line (``lm-eval ARGS``) with the model registered; tasks
+    that all come from ``--include_path`` are found without indexing lm-eval's own."""
     with stops_reach_lm_eval():
         register()
         from lm_eval.__main__ import cli_evaluate
@@ -94,7 +144,8 @@ def run_cli(argv: list[str]) -> int:
         saved = sys.argv
         sys.argv = ["lm-eval", *argv]
         try:
-            cli_evaluate()
+            with without_default_tasks(own_tasks_only(argv)):
+                cli_evaluate()
         finally:
             sys.argv = saved
     return 0
