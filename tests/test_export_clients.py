@@ -123,10 +123,6 @@ def test_anthropic_records_are_typed_messages_requests(run_dir, tmp_path):
 
 def test_trl_trains_on_both_folders(run_dir, tiny_model_dir, tmp_path, capsys):
     pytest.importorskip("trl", reason="TRL is a test extra: pip install -e '.[test]'")
-    from datasets import load_from_disk
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
-
     from toolformer.config.schema import PipelineConfig
 
     cfg = PipelineConfig(run_dir=str(run_dir))
@@ -136,7 +132,22 @@ def test_trl_trains_on_both_folders(run_dir, tiny_model_dir, tmp_path, capsys):
         capsys.readouterr().out
     export_trl(cfg, "trl-dpo", tmp_path / "dpo")
     common = {"max_steps": 2, "per_device_train_batch_size": 2, "report_to": [], "save_strategy": "no",
-              "use_cpu": True, "logging_steps": 1, "max_length": 1024}
+              "use_cpu": True, "logging_steps": 1, "max_length": 1024, "bf16": False}
+    losses = []
+    try:
+        losses = _train_both(sft, common, tiny_model_dir, tmp_path)
+    finally:  # TRL's trainers set accelerate's process-wide state; later tests build their own Accelerator
+        from accelerate.state import AcceleratorState
+
+        AcceleratorState._reset_state(reset_partial_state=True)
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses), losses
+
+
+def _train_both(sft: dict, common: dict, tiny_model_dir, tmp_path) -> list[float]:
+    from datasets import load_from_disk
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+
     losses = []
     for trainer_class, config in (
             (SFTTrainer, SFTConfig(output_dir=str(tmp_path / "sft-out"), chat_template_path=sft["chat_template"],
@@ -147,4 +158,4 @@ def test_trl_trains_on_both_folders(run_dir, tiny_model_dir, tmp_path, capsys):
                                 train_dataset=load_from_disk(str(folder)),
                                 processing_class=AutoTokenizer.from_pretrained(tiny_model_dir))
         losses.append(trainer.train().training_loss)
-    assert all(math.isfinite(x) for x in losses), losses
+    return losses

@@ -26,6 +26,21 @@ FIX = ROOT / "tests" / "fixtures" / "eval"
 TEXT = "The bridge over the Vessa opened in 1968. Aldermoor has 4,210 people."
 
 
+@pytest.fixture(autouse=True)
+def lm_eval_logs_to_this_tests_stderr():
+    """lm-eval's log handler keeps the stderr of the test that first set it up, which pytest has closed since
+    (its next line would be a "Logging error" traceback): dropped, so lm-eval sets up one on this test's."""
+    import logging
+
+    import lm_eval.utils
+
+    logger = logging.getLogger("lm_eval")
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+    lm_eval.utils._LOGGING_CONFIGURED = False
+    yield
+
+
 @pytest.fixture(scope="module")
 def lm(tiny_model_dir) -> ToolformerLM:
     return ToolformerLM(pretrained=tiny_model_dir, tools="off", device="cpu", batch_size=4)

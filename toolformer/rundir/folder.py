@@ -170,9 +170,7 @@ class StageFolder:
         return self.dir / rel
 
     def _check_file(self, path: Path, listed: dict) -> None:
-        """``path`` has the record count and sha256 its manifest entry ``listed`` gives, and is a file the stage
-        wrote: a symlink (on the way to it inside the stage's folder too) is an IntegrityError, whatever it
-        leads to."""
+        """``path`` has the count and sha256 its manifest entry ``listed`` gives, and is no symlink (nor under one)."""
         n = listed.get("records")
         link = next((p for p in (path, *path.parents) if p != self.dir and self.dir in p.parents and p.is_symlink()),
                     None)

@@ -20,19 +20,15 @@ triviaqa  the official ``unfiltered``/``rc`` JSON (``{"Data": [{"Question",
           "QuestionId", "Answer": {"Value", "Aliases"}}]}``), llm-foundry's JSONL
           (``{"context": "Question: …\\nAnswer:", "answer", "aliases"}``) and
           ``{"question", "answer", "aliases"}`` JSONL
-gsm8k     GSM8K ``train/test.jsonl`` (``{"question", "answer"}``): the answer is a
-          worked solution ending ``#### 72``, the gold is the number after
-          ``####``; a record without ``####`` or with no number after it is
-          skipped
+gsm8k     GSM8K ``{"question", "answer"}``: the gold is the number after the
+          solution's ``####`` (a record without one is skipped)
 lama      LAMA (``data.zip`` of the LAMA release): T-REx ``P*.jsonl``
           (``evidences[].masked_sentence``), Google-RE ``*_test.jsonl`` and
           SQuAD ``test.jsonl`` (``masked_sentences``), answer ``obj_label``
 ========= ===================================================================
 
-LAMA items follow the paper: a left-to-right model can only complete a
-statement whose ``[MASK]`` is its last word, so the prompt is the first of the
-item's masked sentences that ends with ``[MASK]`` (spaces, closing brackets
-and punctuation after it aside), cut before the mask; items with no such sentence are skipped.
+LAMA items follow the paper: the prompt is the first of the item's masked sentences that ends with ``[MASK]``
+(spaces, closing brackets and punctuation aside), cut before it; items with no such sentence are skipped.
 
 A JSON Lines file is split at ``\\n`` only (a U+0085 or U+2028 inside a string
 is text). A record that cannot be used (invalid JSON, a missing field, an
@@ -225,19 +221,15 @@ GSM8K_FINAL = "####"
 
 def gsm8k_answer(solution: str) -> str:
     """The final answer of a GSM8K solution: the number after its last ``####``."""
-    head, mark, tail = solution.rpartition(GSM8K_FINAL)
-    if not mark:
-        raise SkipItem("no ####", "the answer has no final `#### N` line")
-    value = tail.strip().replace(",", "")
-    if not gold_numbers(value):
-        raise SkipItem("answer is not a number", repr(tail.strip())[:200])
-    return value
+    _head, mark, tail = solution.rpartition(GSM8K_FINAL)
+    if not mark or not gold_numbers(tail.strip().replace(",", "")):
+        raise SkipItem(*(("answer is not a number", repr(tail.strip())[:200]) if mark else ("no ####", "")))
+    return tail.strip().replace(",", "")
 
 
 def gsm8k_item(r: dict, index: int) -> TaskItem:
-    question = _text(_get(r, "question"), "question")
-    return TaskItem(_item_id(r, index), " ".join(question.split()),
-                    [gsm8k_answer(_text(_get(r, "answer"), "answer"))])
+    answer = gsm8k_answer(_text(_get(r, "answer"), "answer"))
+    return TaskItem(_item_id(r, index), " ".join(_text(_get(r, "question"), "question").split()), [answer])
 
 
 _DESCRIPTION = re.compile(r'\(description\s+(?:"((?:[^"\\]|\\.)*)"|([^()\s]+))\)')
