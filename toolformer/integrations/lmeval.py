@@ -127,11 +127,11 @@ def without_default_tasks(skip: bool):
             kwargs.setdefault("include_defaults", False)
             super().__init__(*args, **kwargs)
 
-    lm_tasks.TaskManager = OwnTasks  # type: ignore[misc]
+    lm_tasks.TaskManager = OwnTasks
     try:
         yield
     finally:
-        lm_tasks.TaskManager = original  # type: ignore[misc]
+        lm_tasks.TaskManager = original
 
 
 def run_cli(argv: list[str]) -> int:
