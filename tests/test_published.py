@@ -191,6 +191,13 @@ def test_a_shipped_base_model_of_other_texts_is_not_silently_retrained(tmp_path,
     refuse_other_shipped(cfg, "k1")  # the same key and steps: used
     with pytest.raises(ValueError, match="pass --force to train one here"):
         refuse_other_shipped(cfg, "k2")
+    from toolformer.published.pretrain import pretrain_base_model  # nor a model of other texts replaced in place
+
+    cfg.pretrain.shipped, cfg.pretrain.output_dir = "", str(shipped)
+    monkeypatch.setattr("toolformer.published.pretrain.pretrain_key", lambda cfg, root: "k2")
+    with pytest.raises(ValueError, match="holds a base model trained on other texts .* pass --force to replace it"):
+        pretrain_base_model(cfg)
+    assert json.loads((shipped / "pretrain.json").read_text())["key"] == "k1"
 
 
 def test_the_fetch_command_reads_a_file_url_mirror(tmp_path, monkeypatch, capsys):
@@ -214,7 +221,7 @@ def test_the_published_demo_runs_every_stage_into_results_json(tmp_path, monkeyp
 
     cfg = fixture_config(tmp_path, monkeypatch, eval_math=3, heldout_sentences=5)
     for key, value in {"vocab_size": 300, "hidden": 32, "layers": 1, "heads": 2, "max_steps": 2, "eval_every": 1,
-                       "dev_docs": 2, "shipped": "", "threads": 1}.items():
+                       "dev_docs": 2, "shipped": "", "threads": 1, "output_dir": str(tmp_path / "base")}.items():
         setattr(cfg.pretrain, key, value)
     p = cfg.pipeline
     p.model.threads = 1

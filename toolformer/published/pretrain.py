@@ -126,6 +126,9 @@ def pretrain_base_model(cfg: PublishedWorldConfig, force: bool = False) -> Path:
         if done.get("key") == key and done.get("steps") == pc.max_steps:
             print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
             return out
+        raise ValueError(f"pretrain.output_dir: {out} holds a base model trained on other texts or settings (key "
+                         f"{str(done.get('key'))[:12]}, {done.get('steps')} steps; this config: {key[:12]}, "
+                         f"{pc.max_steps} steps); pass --force to replace it, or set pretrain.output_dir elsewhere")
     if not force:
         refuse_other_shipped(cfg, key)
         if use_shipped(cfg, key, out):  # type: ignore[arg-type]  # reads cfg.pretrain only
