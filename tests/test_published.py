@@ -177,6 +177,10 @@ def test_no_evaluation_prompt_of_the_published_world_is_in_any_training_text(tmp
     assert hits(prompts, training) == {}
     summary = json.loads((root / "world.json").read_text())
     assert summary["contamination"]["longest_shared"]["words"] < 60
+    from toolformer.published.pretrain import pretrain_key  # the shipped base model was trained on these texts
+
+    record = json.loads((ROOT / "data" / "published-base" / "pretrain.json").read_text())
+    assert record["key"] == pretrain_key(cfg, root) and record["steps"] == cfg.pretrain.max_steps
 
 
 def test_a_shipped_base_model_of_other_texts_is_not_silently_retrained(tmp_path, monkeypatch):
