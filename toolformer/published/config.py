@@ -56,15 +56,12 @@ class PublishedConfig:
     """GSM8K test items (0 = all)."""
     heldout_sentences: int = 400
     """Held-out sentences (of evaluation facts, not evaluation prompts) for perplexity."""
-    repeat_share: float = 0.0
-    """Share of the pre-training documents followed by themselves again (the same real text twice): text whose
-    second half copies its first, as a call's result is copied into the text after it. 0 = each text once."""
     min_prompt_words: int = 4
     """An evaluation fact's prompt needs this many words (a shorter one is too common a phrase to hold out)."""
 
     def validate(self) -> None:
         between(self, 0, 2**32 - 1, "seed")
-        between(self, 0.0, 1.0, "trex_pretrain_share", "trex_annotation_share", "asdiv_test_share", "repeat_share")
+        between(self, 0.0, 1.0, "trex_pretrain_share", "trex_annotation_share", "asdiv_test_share")
         if self.trex_pretrain_share + self.trex_annotation_share >= 1.0:
             raise ValueError("trex_pretrain_share + trex_annotation_share must leave evaluation facts (below 1)")
         at_least(self, 1, "sentences_per_fact", "min_prompt_words")

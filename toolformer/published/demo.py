@@ -88,18 +88,11 @@ def summarise(cfg: PublishedWorldConfig, p: PipelineConfig, walls: dict[str, flo
 
 
 def table(results: dict) -> str:
-    def pct(v):
-        return "–" if v is None else f"{100 * v:.1f}"
+    """The small world's results table (:func:`toolformer.smallworld.demo.table`) with the paper's GPT-J rows."""
+    from toolformer.smallworld.demo import table as rows_table
 
     tasks = list(results["tasks"])
-    head = ["row", *(f"{t} %" for t in tasks), "perplexity", "call rate %"]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    for name, r in results["rows"].items():
-        if r is None:
-            lines.append(f"| {name} | not run |" + " |" * (len(head) - 2))
-            continue
-        ppl = "–" if r["perplexity"] is None else f"{r['perplexity']:.2f}"
-        lines.append(f"| {name} | " + " | ".join([*(pct(r.get(t)) for t in tasks), ppl, pct(r["call_rate"])]) + " |")
+    lines = [rows_table(results)]
     for label, k in (("paper, GPT-J without tools", 0), ("paper, GPT-J Toolformer", 1)):
         lines.append(f"| {label} | " + " | ".join(
             f"{PAPER[t][k]:.1f}" if t in PAPER else "–" for t in tasks) + " | – | – |")

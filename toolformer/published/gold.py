@@ -10,7 +10,6 @@ of the filter, and are also counted apart (``chained_kept``, ``chained_right``).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from toolformer.inspect.gold import match_gold
@@ -63,7 +62,3 @@ def gold_report(run_dir: str | Path) -> dict:
         except ValueError as e:
             by_tau[tool] = [{"error": str(e)}]
     return {"gold": gold, "gold_by_tau": by_tau}
-
-
-def main(run_dir: str) -> None:
-    print(json.dumps(gold_report(run_dir), indent=2))

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from toolformer.tasks.formats import GSM8K_FINAL, SkipItem, TaskItem, gsm8k_answer, lama_prompt, load_task
+from toolformer.tasks.formats import GSM8K_FINAL, SkipItem, gsm8k_answer, lama_prompt, load_task
 
 MASK = "[MASK]"
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
@@ -189,7 +189,3 @@ def render(template: str, subject: str, obj: str) -> str:
     """A relation's template with the subject and object: ``[X] was born in [Y] .`` → ``X was born in Y.``"""
     text = template.replace("[X]", subject).replace("[Y]", obj)
     return re.sub(r"\s+([.,;:!?])", r"\1", " ".join(text.split()))
-
-
-def as_item(p: Problem) -> TaskItem:
-    return TaskItem(p.id, p.question, [p.answer])

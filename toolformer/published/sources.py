@@ -13,6 +13,8 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+from toolformer.smallworld.pretrain import sha256_file
+
 FETCH_COMMAND = "toolformer published fetch --out DIR"
 
 FILES: dict[str, str] = {
@@ -111,14 +113,6 @@ def source_url(rel: str, base: str = "") -> str:
     return SOURCES[key] + (rel[len(key):] if key.endswith("/") else "")
 
 
-def sha256_of(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def relation_lines(path: Path) -> dict[str, str]:
     """Relation id → sha256 of its line, for every line of ``path`` that is a JSON object with a relation."""
     out = {}
@@ -144,7 +138,7 @@ def _content_problem(path: Path, rel: str) -> str | None:
         found = relation_lines(path)
         bad = [r for r, h in RELATION_LINES.items() if found.get(r) != h]
         return f"the line of {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} is not as published" if bad else None
-    digest = sha256_of(path)
+    digest = sha256_file(path)
     return None if digest == FILES[rel] else f"sha256 {digest[:12]}… is not the published {FILES[rel][:12]}…"
 
 

@@ -40,8 +40,9 @@ from toolformer.published.readers import (
     read_trex,
     render,
 )
-from toolformer.published.sources import READ, RELATIONS, check_data, sha256_of
+from toolformer.published.sources import READ, RELATIONS, check_data
 from toolformer.rundir.files import atomic_write_text, dumps
+from toolformer.smallworld.pretrain import sha256_file
 
 SUMMARY = "world.json"
 CORPUS_ID = "a-"
@@ -165,11 +166,6 @@ def _write_jsonl(path: Path, rows) -> int:
     return len(lines)
 
 
-def _repeated(docs: list[dict], share: float, rng: random.Random) -> list[dict]:
-    """``docs`` with a ``share`` of them said twice (published.repeat_share)."""
-    return [d | {"text": f"{d['text']}\n{d['text']}"} if rng.random() < share else d for d in docs]
-
-
 def _texts(cfg, facts: dict[str, list[Fact]], math: dict[str, list[Problem]]) -> dict[str, list[dict]]:
     """The pre-training and annotation documents, before the contamination search."""
     pc, rng = cfg.published, random.Random(cfg.seed)
@@ -189,8 +185,6 @@ def _texts(cfg, facts: dict[str, list[Fact]], math: dict[str, list[Problem]]) ->
               for d in gsm[: pc.corpus_gsm8k] + small[: pc.corpus_math] + annotation[: pc.corpus_trex]]
     rng.shuffle(corpus)
     random.Random(cfg.seed + 1).shuffle(pretrain)
-    if pc.repeat_share:
-        pretrain = _repeated(pretrain, pc.repeat_share, random.Random(cfg.seed + 2))
     return {"pretrain": pretrain, "corpus": corpus}
 
 
@@ -247,7 +241,7 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
     counts["rejected"] = _write_jsonl(root / "rejected.jsonl", rejected.records)
     longest = longest_shared(prompts, [d["text"] for ds in docs.values() for d in ds])
     summary = {"format": FORMAT, "key": key, "data_dir": str(folder),
-               "files": {r: sha256_of(folder / r) for r in READ if (folder / r).is_file()},
+               "files": {r: sha256_file(folder / r) for r in READ if (folder / r).is_file()},
                "facts": {k: len(v) for k, v in facts.items()}, "counts": counts,
                "rejected": rejected.counts(),
                "contamination": {"prompts": len(prompts), "training_documents_left_out": dropped,
