@@ -1,7 +1,7 @@
 import json
 
 import pytest
-from helpers import run_cli
+from helpers import ROOT, run_cli
 
 from toolformer.cli.app import main
 
@@ -13,6 +13,16 @@ def test_help_lists_stage_commands():
     for cmd in ("run", "sample", "execute", "filter", "chain", "build", "finetune", "evaluate", "inspect", "tool",
                 "generate"):
         assert cmd in out.stdout
+
+
+@pytest.mark.slow
+def test_python_dash_m_with_the_package_name():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "toolformer", "--help"], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert "usage: toolformer" in out.stdout and "finetune" in out.stdout
 
 
 def test_tool_json_result_and_error(capsys):
