@@ -313,6 +313,7 @@ def measure(model_name: str, candidates: int, naive_n: int, sample_docs: int, de
     s_plain = bench_sample(model, device, sample_docs, False) if vocab >= 600 else None
     result = {
         "model": model_name, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+        "cpu_kernel": torch.backends.cpu.get_cpu_capability().lower(), "threads": torch.get_num_threads(),
         "N": len(cands), "share_rows": share_rows, "share_prefixes": share_prefixes and share_rows,
         "filter_tokens": scorer.tokens_scored,
         "filter_padding": round(1 - scorer.tokens_scored / max(1, scorer.tokens_computed), 3),
