@@ -234,12 +234,26 @@ def foreign_entries(out: Path) -> list[str]:
     return sorted(found)
 
 
+def _in_the_way(out: Path, rel: str) -> str | None:
+    """Why ``out/rel`` cannot be written whatever ``--force`` says (a folder there, a file at one of its folders)."""
+    for parent in reversed(Path(rel).parents[:-1]):
+        if (out / parent).exists() and not (out / parent).is_dir():
+            return f"{out / parent}: a file where fetch needs a folder for {rel}; move it away or choose another --out"
+    if (out / rel).is_dir():
+        return f"{out / rel}: a folder where the published file {rel} goes; move it away or choose another --out"
+    return None
+
+
 def check_out(out: Path, files: tuple[str, ...], force: bool) -> list[str]:
-    """Refuse ``out`` (DataError, exit 2) before anything in it is touched: a file; a folder of the user's (not
-    empty, not marked by fetch, holding more than the published layout) unless ``force``; a folder or file in the
-    way of a data file; a data file that is not the published one unless ``force``. Returns the files to fetch."""
+    """Refuse ``out`` (DataError, exit 2) before anything in it is touched: a file; a folder or file in the way of
+    a data file; a folder of the user's (not empty, not marked by fetch, holding more than the published layout)
+    unless ``force``; a data file that is not the published one unless ``force``. Returns the files to fetch."""
     if out.exists() and not out.is_dir():
         raise DataError(f"--out: {out} is a file, not a folder; choose a folder for the published files")
+    for rel in files:
+        why = _in_the_way(out, rel)
+        if why:
+            raise DataError(why)
     foreign = [] if force else foreign_entries(out)
     if foreign:
         shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
@@ -249,13 +263,6 @@ def check_out(out: Path, files: tuple[str, ...], force: bool) -> list[str]:
     todo = []
     for rel in files:
         dest = out / rel
-        for parent in reversed(dest.relative_to(out).parents[:-1]):
-            if (out / parent).exists() and not (out / parent).is_dir():
-                raise DataError(f"{out / parent}: a file where fetch needs a folder for {rel}; move it away or "
-                                "choose another --out")
-        if dest.is_dir():
-            raise DataError(f"{dest}: a folder where the published file {rel} goes; move it away or choose "
-                            "another --out")
         present = dest.exists() or dest.is_symlink()
         why = _content_problem(dest, rel) if dest.is_file() else ("not a regular file" if present else None)
         if why and not force:
@@ -315,14 +322,14 @@ def _fetch_one(url: str, rel: str, dest: Path, timeout_s: float) -> None:
         raise
 
 
-def fetch(out: str | Path, base: str = "", files: tuple[str, ...] = READ, quiet: bool = False, *,
+def fetch(out: str | Path, base: str = "", files: tuple[str, ...] | None = None, quiet: bool = False, *,
           force: bool = False, timeout_s: float = TIMEOUT_S) -> list[str]:
-    """Download ``files`` into ``out`` (from their sources, or from the mirror ``base``), each within its
-    published size and ``timeout_s`` seconds and checked before it is moved into place; a file already there and
-    as published is kept. ``out`` is checked first (:func:`check_out`): a user's folder or a file that is not the
-    published one is refused unless ``force``. Returns the files downloaded."""
+    """Download ``files`` (default: READ) into ``out`` (from their sources, or from the mirror ``base``), each
+    within its published size and ``timeout_s`` seconds and checked before it is moved into place; a file already
+    there and as published is kept. ``out`` is checked first (:func:`check_out`): a user's folder or a file that
+    is not the published one is refused unless ``force``. Returns the files downloaded."""
     out = Path(out)
-    todo = check_out(out, files, force)
+    todo = check_out(out, READ if files is None else files, force)
     if not out.exists() or not foreign_entries(out):
         out.mkdir(parents=True, exist_ok=True)
         if not (out / MARKER).is_file():
