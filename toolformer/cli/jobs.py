@@ -3,6 +3,8 @@ commands among them (:mod:`toolformer.smallworld`)."""
 
 from __future__ import annotations
 
+import errno
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -114,14 +116,32 @@ def load_published_world(args):
     return load_published(config_file(args.config, default="published"), list(args.overrides))
 
 
+# A write under --out failing with one of these is the user's choice of folder (exit 2); any other is the
+# machine's (a read-only or full file system, an I/O error: exit 1).
+INPUT_ERRNOS = (errno.EACCES, errno.EPERM, errno.ENOTDIR, errno.EISDIR, errno.EEXIST)
+
+
+def _fetch(args) -> int:
+    """``published fetch``: a write under ``--out`` that fails is one line naming the path, nothing partial left
+    (a refused source or folder is a DataError, a ValueError: exit 2 from the command line)."""
+    from toolformer.published.sources import fetch
+
+    try:
+        got = fetch(args.out, base=args.source or "", force=args.force, timeout_s=args.timeout)
+    except OSError as e:
+        where, mine = e.filename or args.out, e.errno in INPUT_ERRNOS
+        fix = "choose a folder you can write as --out" if mine else "rerun when the file system is fixed"
+        print(f"toolformer: published fetch: cannot write {where} ({e.strerror or e}); nothing partial was left; "
+              f"{fix}", file=sys.stderr)
+        return 2 if mine else 1
+    print(f"fetch: {len(got)} file(s) downloaded and checked into {args.out}; the rest were there already")
+    return 0
+
+
 def cmd_published(args) -> int:
     """``published fetch|build|pretrain``: the published-data world (toolformer.published)."""
     if args.published_command == "fetch":
-        from toolformer.published.sources import fetch
-
-        got = fetch(args.out, base=args.source or "")
-        print(f"fetch: {len(got)} file(s) downloaded and checked into {args.out}; the rest were there already")
-        return 0
+        return _fetch(args)
     pw = load_published_world(args)
     if args.published_command == "build":
         from toolformer.published.world import build_world

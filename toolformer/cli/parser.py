@@ -37,6 +37,17 @@ def _add_config_args(p: argparse.ArgumentParser, default: str = "") -> None:
     p.add_argument("--force", action="store_true", help="rerun stages even if their outputs are complete")
 
 
+def _seconds(text: str) -> float:
+    """A positive number of seconds (argparse's type: anything else is a usage error, exit 2)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
 def _add_trust_arg(p: argparse.ArgumentParser) -> None:
     """``--trust-folder-tools`` of the commands that evaluate model folders (= evaluate.trust_folder_tools=true)."""
     p.add_argument("--trust-folder-tools", action="store_true",
@@ -156,6 +167,10 @@ def _add_world_commands(sub: argparse._SubParsersAction) -> None:
     c = pub.add_parser("fetch", help="download the published files from their sources and check each sha256")
     c.add_argument("--out", default="data/published", help="folder to write them into (default: data/published)")
     c.add_argument("--source", help="a mirror of the files' layout to read from instead (e.g. file:///copy/)")
+    c.add_argument("--timeout", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="seconds each file may take to download; a slower source is refused (default: 300)")
+    c.add_argument("--force", action="store_true", help="write into a folder that holds other files, and replace a "
+                                                        "file at a data path that is not the published one")
     c = pub.add_parser("build", help="write the world: splits, texts, the QA tool's data, evaluation sets")
     _add_config_args(c, default="published")
     c = pub.add_parser("pretrain", help="the world's tokenizer and base model (the shipped one when it matches)")

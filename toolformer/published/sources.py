@@ -7,15 +7,27 @@ recorded sha256 (the file may hold more relations). Every other file is checked 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
-import shutil
+import os
 import tempfile
+import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
+from toolformer.rundir import stops
 from toolformer.smallworld.pretrain import sha256_file
 
 FETCH_COMMAND = "toolformer published fetch --out DIR"
+MARKER = ".toolformer-fetch"
+"""The file ``fetch`` writes into a folder it made (or found empty, or holding only published files): its own."""
+TEMP = ".fetch-"
+"""The prefix of a download under way (a temporary file beside its data file, renamed when checked)."""
+TIMEOUT_S = 300.0
+"""Seconds a file may take to download (``--timeout``): a source that drips bytes is refused after it."""
+SOCKET_TIMEOUT_S = 60.0
+CHUNK = 1 << 16
 
 FILES: dict[str, str] = {
     "lama/trex/P101.jsonl": "d3bfb3039effe21d51882e62390ec4bcaa1b3271c1573c2d7fbc9510ec7f6567",
@@ -53,6 +65,46 @@ FILES: dict[str, str] = {
     "math/mawps/validset.json": "1740756acdefae3740a4f4afd8ad14497d41933bcb6d70e720780a41d712b11f",
 }
 """Relative path in the data folder → sha256 of the file as published."""
+
+SIZES: dict[str, int] = {
+    "lama/trex/P101.jsonl": 1_098_177,
+    "lama/trex/P103.jsonl": 1_659_072,
+    "lama/trex/P106.jsonl": 839_235,
+    "lama/trex/P127.jsonl": 2_190_705,
+    "lama/trex/P1303.jsonl": 1_196_430,
+    "lama/trex/P136.jsonl": 1_715_356,
+    "lama/trex/P138.jsonl": 3_032_737,
+    "lama/trex/P140.jsonl": 1_206_129,
+    "lama/trex/P159.jsonl": 2_146_613,
+    "lama/trex/P178.jsonl": 2_247_236,
+    "lama/trex/P19.jsonl": 781_810,
+    "lama/trex/P264.jsonl": 1_046_849,
+    "lama/trex/P27.jsonl": 1_394_712,
+    "lama/trex/P31.jsonl": 1_407_553,
+    "lama/trex/P364.jsonl": 946_051,
+    "lama/trex/P39.jsonl": 1_195_492,
+    "lama/trex/P407.jsonl": 1_324_101,
+    "lama/trex/P413.jsonl": 790_220,
+    "lama/trex/P463.jsonl": 924_820,
+    "lama/trex/P495.jsonl": 1_539_183,
+    "lama/trex/P527.jsonl": 3_818_371,
+    "lama/trex/P937.jsonl": 1_113_440,
+    "lama/trex/relations.jsonl": 9_240,
+    "math/ASDiv.xml": 947_401,
+    "math/gsm8k/test.jsonl": 749_738,
+    "math/gsm8k/train.jsonl": 4_166_206,
+    "math/mawps/MAWPS.json": 925_855,
+    "math/mawps/mawps_fold0_test.orig.jsonl": 848_053,
+    "math/mawps/mawps_single.json": 648_923,
+    "math/mawps/single_testset.json": 64_551,
+    "math/mawps/testset.json": 106_547,
+    "math/mawps/trainset.json": 846_814,
+    "math/mawps/validset.json": 107_482,
+}
+"""Relative path → its size in bytes as published (measured from the files of FILES): ``fetch`` refuses a
+download of more (``relations.jsonl``, checked by line and allowed to hold more relations: up to
+RELATIONS_MAX_BYTES)."""
+RELATIONS_MAX_BYTES = 1 << 20
 
 RELATIONS = "lama/trex/relations.jsonl"
 RELATION_LINES: dict[str, str] = {
@@ -154,30 +206,139 @@ def check_data(folder: str | Path) -> Path:
     return folder
 
 
-def fetch(out: str | Path, base: str = "", files: tuple[str, ...] = READ, quiet: bool = False) -> list[str]:
-    """Download ``files`` into ``out`` (from their sources, or from the mirror ``base``), each checked before it
-    is moved into place; a file already there and as published is kept. Returns the files downloaded."""
-    out = Path(out)
-    fetched = []
+def size_limit(rel: str) -> int:
+    """The most bytes ``fetch`` accepts for ``rel``: its published size (``relations.jsonl``: a generous bound)."""
+    return max(RELATIONS_MAX_BYTES, SIZES.get(rel, 0)) if rel == RELATIONS else SIZES[rel]
+
+
+def _layout_folders(files: tuple[str, ...] | list[str]) -> set[str]:
+    """Every folder of the published layout that holds one of ``files`` (``math``, ``math/gsm8k``, ...)."""
+    return {"/".join(rel.split("/")[:k]) for rel in files for k in range(1, rel.count("/") + 1)}
+
+
+def foreign_entries(out: Path) -> list[str]:
+    """Paths under ``out`` that make it somebody else's folder: none when fetch marked it (MARKER), else every
+    entry that is not a folder or file of the published layout (nor a download of fetch's under way)."""
+    if not out.is_dir() or (out / MARKER).is_file():
+        return []
+    folders, found, todo = _layout_folders(list(FILES)), [], [""]
+    while todo:
+        sub = todo.pop()
+        with os.scandir(out / sub) as entries:
+            for e in entries:
+                rel = f"{sub}/{e.name}" if sub else e.name
+                if e.is_dir(follow_symlinks=False) and rel in folders:
+                    todo.append(rel)
+                elif not (e.is_file(follow_symlinks=False) and (rel in FILES or sub and e.name.startswith(TEMP))):
+                    found.append(rel)
+    return sorted(found)
+
+
+def _in_the_way(out: Path, rel: str) -> str | None:
+    """Why ``out/rel`` cannot be written whatever ``--force`` says (a folder there, a file at one of its folders)."""
+    for parent in reversed(Path(rel).parents[:-1]):
+        if (out / parent).exists() and not (out / parent).is_dir():
+            return f"{out / parent}: a file where fetch needs a folder for {rel}; move it away or choose another --out"
+    if (out / rel).is_dir():
+        return f"{out / rel}: a folder where the published file {rel} goes; move it away or choose another --out"
+    return None
+
+
+def check_out(out: Path, files: tuple[str, ...], force: bool) -> list[str]:
+    """Refuse ``out`` (DataError, exit 2) before anything in it is touched: a file; a folder or file in the way of
+    a data file; a folder of the user's (not empty, not marked by fetch, holding more than the published layout)
+    unless ``force``; a data file that is not the published one unless ``force``. Returns the files to fetch."""
+    if out.exists() and not out.is_dir():
+        raise DataError(f"--out: {out} is a file, not a folder; choose a folder for the published files")
     for rel in files:
-        if file_problem(out, rel) is None:
-            continue
-        url = source_url(rel, base)
+        why = _in_the_way(out, rel)
+        if why:
+            raise DataError(why)
+    foreign = [] if force else foreign_entries(out)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+        raise DataError(f"--out: {out} holds files fetch did not write ({shown}) and no {MARKER}; fetch refuses to "
+                        "write where it could replace files it did not make. Choose a new or empty folder, or pass "
+                        "--force to write the published files into it (only their own paths are written)")
+    todo = []
+    for rel in files:
         dest = out / rel
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=dest.parent, prefix=".fetch-", delete=False) as tmp:
+        present = dest.exists() or dest.is_symlink()
+        why = _content_problem(dest, rel) if dest.is_file() else ("not a regular file" if present else None)
+        if why and not force:
+            raise DataError(f"{dest}: not the published {rel} ({why}); pass --force to replace it with the "
+                            "published file")
+        if why or not present:
+            todo.append(rel)
+    return todo
+
+
+def _chunks(url: str, rel: str, timeout_s: float) -> Iterator[bytes]:
+    """The bytes of ``url``, refused (DataError) past ``size_limit(rel)`` bytes or ``timeout_s`` seconds."""
+    limit, end = size_limit(rel), time.monotonic() + timeout_s
+    too_big = (f"{url}: more than {limit:,} bytes, the size of the published {rel}; refused, nothing written "
+               f"for {rel}")
+    try:
+        r = urllib.request.urlopen(url, timeout=min(timeout_s, SOCKET_TIMEOUT_S))  # noqa: S310 (ours or the user's)
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        raise DataError(f"{url}: could not download {rel} ({e})") from None
+    with r:
+        declared = r.headers.get("Content-Length") or ""
+        if declared.isdigit() and int(declared) > limit:
+            raise DataError(too_big)
+        read, total = getattr(r, "read1", r.read), 0
+        while True:
             try:
-                with urllib.request.urlopen(url, timeout=60) as r:  # noqa: S310 (the URLs above, or the user's)
-                    shutil.copyfileobj(r, tmp)
-            except (OSError, ValueError) as e:
-                Path(tmp.name).unlink(missing_ok=True)
+                chunk = read(CHUNK)
+            except (OSError, ValueError, http.client.HTTPException) as e:
                 raise DataError(f"{url}: could not download {rel} ({e})") from None
-        staged = Path(tmp.name)
+            if not chunk:
+                return
+            total += len(chunk)
+            if total > limit:
+                raise DataError(too_big)
+            if time.monotonic() > end:
+                raise DataError(f"{url}: not downloaded within {timeout_s:g} s (--timeout); refused, nothing "
+                                f"written for {rel}")
+            yield chunk
+
+
+def _fetch_one(url: str, rel: str, dest: Path, timeout_s: float) -> None:
+    """Download ``url`` into a temporary file beside ``dest``, check it and rename it to ``dest``; on any failure
+    or stop (SIGINT, SIGTERM) the temporary file is removed."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=dest.parent, prefix=TEMP)
+    staged = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            for chunk in _chunks(url, rel, timeout_s):
+                tmp.write(chunk)
         why = _content_problem(staged, rel)
         if why:
-            staged.unlink()
             raise DataError(f"{url}: {why}; nothing written for {rel}")
         staged.replace(dest)
+    except BaseException:
+        staged.unlink(missing_ok=True)
+        raise
+
+
+def fetch(out: str | Path, base: str = "", files: tuple[str, ...] | None = None, quiet: bool = False, *,
+          force: bool = False, timeout_s: float = TIMEOUT_S) -> list[str]:
+    """Download ``files`` (default: READ) into ``out`` (from their sources, or from the mirror ``base``), each
+    within its published size and ``timeout_s`` seconds and checked before it is moved into place; a file already
+    there and as published is kept. ``out`` is checked first (:func:`check_out`): a user's folder or a file that
+    is not the published one is refused unless ``force``. Returns the files downloaded."""
+    out = Path(out)
+    todo = check_out(out, READ if files is None else files, force)
+    if not out.exists() or not foreign_entries(out):
+        out.mkdir(parents=True, exist_ok=True)
+        if not (out / MARKER).is_file():
+            (out / MARKER).write_text("published files written by `toolformer published fetch`\n", encoding="utf-8")
+    fetched: list[str] = []
+    for rel in todo:
+        stops.keep(f"the {len(fetched)} published file(s) fetched and checked so far in {out} (no partial download)")
+        url, dest = source_url(rel, base), out / rel
+        _fetch_one(url, rel, dest, timeout_s)
         fetched.append(rel)
         if not quiet:
             print(f"fetch: {rel} ({dest.stat().st_size:,} bytes, checked)")
