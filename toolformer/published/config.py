@@ -6,16 +6,15 @@ A config file with a ``published`` section is this world's (``toolformer demo`` 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-import yaml
-
-from toolformer.config.load import at_least, between, load_config, to_dict
+from toolformer.config.load import at_least, between
 from toolformer.config.schema import PipelineConfig
 from toolformer.smallworld.config import PretrainConfig
+from toolformer.worlds.config import WorldSettings, dump_world, load_world
 
 DATA_ENV = "TOOLFORMER_PUBLISHED_DATA"
 """The environment variable naming the folder of the published files when ``published.data_dir`` is empty."""
@@ -118,27 +117,13 @@ class _File(PipelineConfig):
 
 
 @dataclass
-class PublishedWorldConfig:
+class PublishedWorldConfig(WorldSettings):
     """This world's settings around a pipeline config: the stages get ``pipeline`` only."""
 
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    SECTIONS: ClassVar[tuple[str, ...]] = SECTIONS
     published: PublishedConfig = field(default_factory=PublishedConfig)
     pretrain: PublishedPretrainConfig = field(default_factory=PublishedPretrainConfig)
     demo: PublishedDemoConfig = field(default_factory=PublishedDemoConfig)
-
-    @property
-    def run_dir(self) -> str:
-        return self.pipeline.run_dir
-
-    @property
-    def seed(self) -> int:
-        return self.pipeline.seed
-
-    def with_pipeline(self, pipeline: PipelineConfig) -> PublishedWorldConfig:
-        return dataclasses.replace(self, pipeline=pipeline)
-
-    def as_file(self) -> dict:
-        return {**to_dict(self.pipeline), **{name: to_dict(getattr(self, name)) for name in SECTIONS}}
 
     def world_dir(self) -> Path:
         return Path(self.published.output_dir or Path(self.run_dir) / "world")
@@ -158,10 +143,8 @@ def is_published_config(path: str | Path | None) -> bool:
 
 
 def load_published(path: str | Path | None, overrides: list[str] | None = None) -> PublishedWorldConfig:
-    flat = load_config(_File, path, overrides)
-    pipeline = PipelineConfig(**{f.name: getattr(flat, f.name) for f in dataclasses.fields(PipelineConfig)})
-    return PublishedWorldConfig(pipeline, flat.published, flat.pretrain, flat.demo)
+    return load_world(PublishedWorldConfig, _File, path, overrides)
 
 
 def dump_published(cfg: PublishedWorldConfig) -> str:
-    return yaml.safe_dump(cfg.as_file(), sort_keys=False, allow_unicode=True)
+    return dump_world(cfg)

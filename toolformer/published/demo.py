@@ -13,16 +13,15 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import time
 from pathlib import Path
 
 from toolformer.config.evaluation import ExtraModel, TaskConfig
 from toolformer.config.schema import PipelineConfig
 from toolformer.pipeline import save_resolved_config
 from toolformer.published.config import PublishedWorldConfig, dump_published
-from toolformer.rundir.files import atomic_write_text
 from toolformer.rundir.folder import StageFolder
-from toolformer.rundir.guard import mark
+from toolformer.worlds.demo import Timer, eval_rows, finish_run, kept_calls, kept_in, start_run, tune_control
+from toolformer.worlds.demo import table as rows_table
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer", "toolformer_2calls")
 SETS = ("lama", "asdiv", "mawps", "gsm8k")
@@ -54,33 +53,14 @@ def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path) -> Pipelin
     return p
 
 
-def control(p: PipelineConfig, force: bool) -> None:
-    """The paper's control row: the build stage's documents without calls, fine-tuned the same way."""
-    from toolformer.smallworld.demo import control_dataset
-    from toolformer.stages import run_stage
-
-    c = copy.deepcopy(p)
-    c.run_dir = str(Path(p.run_dir) / "control")
-    c.finetune.dataset = str(control_dataset(p))
-    c.finetune.output_dir = str(Path(c.run_dir) / "model")
-    mark(Path(c.run_dir))
-    run_stage("finetune", c, force=force)
-
-
 def summarise(cfg: PublishedWorldConfig, p: PipelineConfig, walls: dict[str, float]) -> dict:
     from toolformer.published.gold import gold_report
 
-    full = json.loads((Path(p.evaluate.output_dir or Path(p.run_dir) / "eval") / "results.json").read_text())
-    rows = {}
-    for name in ROWS:
-        r = full["rows"].get(name)
-        rows[name] = None if r is None else ({t: c["accuracy"] for t, c in r["tasks"].items()}
-                                             | {k: r.get(k) for k in ("perplexity", "call_rate")})
-    filt = StageFolder(p.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
+    rows = eval_rows(p, ROWS, ("perplexity", "call_rate"))
     chain = StageFolder(p.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     world = json.loads((cfg.world_dir() / "world.json").read_text())
     return {"rows": rows, "wall_seconds": walls,
-            "kept_calls": {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()},
+            "kept_calls": kept_calls(p.run_dir),
             "chain_rounds": chain["counts"]["rounds"], **gold_report(p.run_dir), "world": world["counts"],
             "contamination": world["contamination"], "seed": p.seed,
             "tasks": {t.name: t.path for t in p.evaluate.tasks},
@@ -88,9 +68,7 @@ def summarise(cfg: PublishedWorldConfig, p: PipelineConfig, walls: dict[str, flo
 
 
 def table(results: dict) -> str:
-    """The small world's results table (:func:`toolformer.smallworld.demo.table`) with the paper's GPT-J rows."""
-    from toolformer.smallworld.demo import table as rows_table
-
+    """The results table (:func:`toolformer.worlds.demo.table`) with the paper's GPT-J rows."""
     tasks = list(results["tasks"])
     lines = [rows_table(results)]
     for label, k in (("paper, GPT-J without tools", 0), ("paper, GPT-J Toolformer", 1)):
@@ -118,7 +96,6 @@ def _print(results: dict) -> None:
 def nothing_kept(p: PipelineConfig) -> None:
     """A ValueError (exit 2) naming the cause when the filter and chain kept no call: there is nothing to tune on."""
     from toolformer.inspect.view import read_stage
-    from toolformer.smallworld.demo import kept_in
 
     if kept_in(p.run_dir):
         return
@@ -139,18 +116,8 @@ def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     from toolformer.published.world import build_world
     from toolformer.stages import run_stage
 
-    walls: dict[str, float] = {}
-    t_all = time.perf_counter()
-
-    def timed(name, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        walls[name] = round(time.perf_counter() - t0, 1)
-        return out
-
-    mark(Path(cfg.run_dir))
-    atomic_write_text(Path(cfg.run_dir) / "published.yaml", "# The config of this run (toolformer demo --config "
-                      "published.yaml reruns it).\n" + dump_published(cfg))
+    timed = Timer()
+    start_run(cfg.run_dir, "published.yaml", dump_published(cfg))
     root = timed("world", lambda: build_world(cfg, force=force))
     base = (Path(cfg.pipeline.model.path) if cfg.pipeline.model.path
             else timed("pretrain", lambda: pretrain_base_model(cfg, force=force)))
@@ -161,12 +128,11 @@ def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     nothing_kept(p)
     for stage in ("build", "finetune"):
         timed(stage, functools.partial(run_stage, stage, p, force=force))
-    timed("control finetune", lambda: control(p, force))
+    tune_control(p.run_dir, p, force, timed)
     timed("evaluate", lambda: run_stage("evaluate", p, force=force))
     timed("inspect", lambda: run_stage("inspect", p, force=force))
-    walls["total"] = round(time.perf_counter() - t_all, 1)
-    results = summarise(cfg, p, walls)
-    atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
+    results = summarise(cfg, p, timed.total())
+    finish_run(cfg.run_dir, results)
     _print(results)
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
     return results

@@ -7,15 +7,13 @@ reads it into a :class:`SmallWorldConfig`, whose ``pipeline`` is what the stages
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-import yaml
-
-from toolformer.config.load import above, at_least, between, load_config, to_dict
+from toolformer.config.load import above, at_least, between
 from toolformer.config.schema import PipelineConfig
+from toolformer.worlds.config import WorldSettings, dump_world, load_world
 
 
 @dataclass
@@ -280,39 +278,21 @@ class _File(PipelineConfig):
 
 
 @dataclass
-class SmallWorldConfig:
+class SmallWorldConfig(WorldSettings):
     """The small world's settings around a pipeline config: the stages get ``pipeline`` only."""
 
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    SECTIONS: ClassVar[tuple[str, ...]] = tuple(SECTIONS)
     world: WorldConfig = field(default_factory=WorldConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     demo: DemoConfig = field(default_factory=DemoConfig)
-
-    @property
-    def run_dir(self) -> str:
-        return self.pipeline.run_dir
-
-    @property
-    def seed(self) -> int:
-        return self.pipeline.seed
-
-    def with_pipeline(self, pipeline: PipelineConfig) -> SmallWorldConfig:
-        """The same small world around another pipeline config."""
-        return dataclasses.replace(self, pipeline=pipeline)
-
-    def as_file(self) -> dict:
-        """The config as a small-world config file holds it (the pipeline's keys and the three sections)."""
-        return {**to_dict(self.pipeline), **{name: to_dict(getattr(self, name)) for name in SECTIONS}}
 
 
 def load_smallworld(path: str | Path | None, overrides: list[str] | None = None) -> SmallWorldConfig:
     """A small-world config file (or the defaults) with ``key=value`` overrides, checked as
     :func:`~toolformer.config.load.load_config` checks a pipeline config (errors name the key and its source)."""
-    flat = load_config(_File, path, overrides)
-    pipeline = PipelineConfig(**{f.name: getattr(flat, f.name) for f in dataclasses.fields(PipelineConfig)})
-    return SmallWorldConfig(pipeline, flat.world, flat.pretrain, flat.demo)
+    return load_world(SmallWorldConfig, _File, path, overrides)
 
 
 def dump_smallworld(cfg: SmallWorldConfig) -> str:
     """``cfg`` as YAML that :func:`load_smallworld` reads back."""
-    return yaml.safe_dump(cfg.as_file(), sort_keys=False, allow_unicode=True)
+    return dump_world(cfg)

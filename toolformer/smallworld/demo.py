@@ -36,19 +36,26 @@ import copy
 import functools
 import json
 import re
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from toolformer.config.evaluation import ExtraModel, TaskConfig
 from toolformer.config.schema import PipelineConfig
 from toolformer.inspect.gold import candidate_gold, gold_summary, match_gold
 from toolformer.pipeline import save_resolved_config
-from toolformer.rundir.files import atomic_write_text
 from toolformer.rundir.folder import StageFolder, fmt_pct
 from toolformer.rundir.guard import mark
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
+from toolformer.worlds.demo import (
+    Timed,
+    Timer,
+    eval_rows,
+    finish_run,
+    kept_calls,
+    kept_in,
+    start_run,
+    table,
+    tune_control,
+)
 
 ROWS = ("base", "control", "toolformer_disabled", "toolformer")
 
@@ -121,47 +128,11 @@ def reuse_stages(src: str | Path, dst: str | Path, stages: tuple[str, ...]) -> N
             shutil.copytree(StageFolder(src, name).dir, StageFolder(dst, name).dir)
 
 
-def kept_in(run_dir: str | Path) -> int:
-    """Calls the filter and chain stages of a run folder kept."""
-    filt = StageFolder(run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
-    chain = StageFolder(run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
-    return sum(c["kept"] for c in filt["counts"]["per_tool"].values()) + sum(
-        c["kept"] for r in chain["counts"]["rounds"].values() for c in r["per_tool"].values())
-
-
-def control_dataset(cfg: PipelineConfig) -> Path:
-    """The build stage's documents with their original text: no calls (the
-    plain ones, from the corpus or build.plain_path, as they are). Made again
-    every run (a second or two), so it follows the build stage's data set."""
-    import datasets
-
-    from toolformer.rundir.folder import read_documents
-    from toolformer.stages.build import save_dataset
-
-    out = Path(cfg.run_dir) / "control" / "dataset"
-    docs = read_documents(cfg.run_dir)
-    built = datasets.load_from_disk(str(Path(cfg.run_dir) / "build" / "dataset"))
-    rows = [{"text": docs[d]["text"] if aug else text, "doc_id": d, "augmented": False, "calls": "[]"}
-            for d, aug, text in zip(built["doc_id"], built["augmented"], built["text"])]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    save_dataset(rows, out)
-    return out
-
-
 def summarise(sw: SmallWorldConfig, walls: dict[str, float]) -> dict:
     """RUN_DIR/results.json in the demo's shape, from the evaluate stage's results."""
     cfg = sw.pipeline
-    out_dir = Path(cfg.evaluate.output_dir or Path(cfg.run_dir) / "eval")
-    full = json.loads((out_dir / "results.json").read_text())
-    rows = {}
-    for name in demo_rows(sw):
-        r = full["rows"].get(name)
-        rows[name] = None if r is None else (
-            {t: c["accuracy"] for t, c in r["tasks"].items()}
-            | {k: r.get(k) for k in ("arithmetic", "qa", "perplexity", "perplexity_calls_allowed",
-                                               "call_rate")})
-    filt = StageFolder(cfg.run_dir, "filter").manifest() or {"counts": {"per_tool": {}}}
-    kept = {t: c["kept"] for t, c in filt["counts"]["per_tool"].items()}
+    rows = eval_rows(cfg, demo_rows(sw), ("arithmetic", "qa", "perplexity", "perplexity_calls_allowed", "call_rate"))
+    kept = kept_calls(cfg.run_dir)
     chain = StageFolder(cfg.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     tasks = [t.name for t in cfg.evaluate.tasks]
     round2 = {}
@@ -226,27 +197,6 @@ def _gold_part(gold: dict | None, tool: str) -> str:
     return f" ({fmt_pct(g['precision'])} right against gold)"
 
 
-def table(results: dict) -> str:
-    def pct(v):
-        return "–" if v is None else f"{100 * v:.1f}"
-
-    tasks = list(results["tasks"])
-    head = ["row", *(f"{t} %" for t in tasks), "perplexity", "call rate %"]
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    for name, r in results["rows"].items():
-        if r is None:
-            lines.append(f"| {name} | not run |" + " |" * (len(head) - 2))
-            continue
-        ppl = "–" if r["perplexity"] is None else f"{r['perplexity']:.2f}"
-        cells = [pct(r.get(t)) for t in tasks]
-        lines.append(f"| {name} | " + " | ".join([*cells, ppl, pct(r["call_rate"])]) + " |")
-    return "\n".join(lines)
-
-
-Timed = Callable[[str, Callable[[], Any]], Any]
-"""``timed(name, fn)``: ``fn()``, its wall time recorded under ``name``."""
-
-
 def _round1(sw: SmallWorldConfig, force: bool, timed: Timed) -> SmallWorldConfig:
     """Round 1 on the world: sample, execute, filter, chain, build and finetune; returns its config (the
     evaluate rows of the control model and, with ``demo.max_calls_row``, the chained-calls row added)."""
@@ -264,18 +214,6 @@ def _round1(sw: SmallWorldConfig, force: bool, timed: Timed) -> SmallWorldConfig
     for stage in ("sample", "execute", "filter", "chain", "build", "finetune"):
         timed(stage, functools.partial(run_stage, stage, wcfg, force=force))
     return wsw
-
-
-def _control(cfg: PipelineConfig, wcfg: PipelineConfig, force: bool, timed: Timed) -> None:
-    """The paper's "+ CC" row: the same documents, fine-tuned the same way, without calls."""
-    from toolformer.stages import run_stage
-
-    ccfg = copy.deepcopy(wcfg)
-    ccfg.run_dir = str(Path(cfg.run_dir) / "control")
-    ccfg.finetune.dataset = str(timed("control data", lambda: control_dataset(wcfg)))
-    ccfg.finetune.output_dir = str(Path(ccfg.run_dir) / "model")
-    mark(Path(ccfg.run_dir))
-    timed("control finetune", lambda: run_stage("finetune", ccfg, force=force))
 
 
 def _round2(wsw: SmallWorldConfig, force: bool, timed: Timed) -> None:
@@ -333,33 +271,22 @@ def _print_results(results: dict, walls: dict[str, float]) -> None:
 
 def run_demo(cfg: SmallWorldConfig, force: bool = False) -> dict:
     """The demo into ``cfg.run_dir`` (see the module docstring); returns what ``RUN_DIR/results.json`` holds."""
-    from toolformer.rundir.guard import mark
     from toolformer.smallworld.generator import ensure_world
     from toolformer.smallworld.pretrain import pretrain_base_model
     from toolformer.stages import run_stage
 
-    walls: dict[str, float] = {}
-    t_all = time.perf_counter()
-
-    def timed(name, fn):
-        t0 = time.perf_counter()
-        out = fn()
-        walls[name] = round(time.perf_counter() - t0, 1)
-        return out
-
-    mark(Path(cfg.run_dir))  # the run folder is toolformer's (as the stages mark it)
-    atomic_write_text(Path(cfg.run_dir) / "smallworld.yaml", "# The small-world config of this demo (toolformer "
-                      "demo --config smallworld.yaml reruns it).\n" + dump_smallworld(cfg))
+    timed = Timer()
+    start_run(cfg.run_dir, "smallworld.yaml", dump_smallworld(cfg))
     timed("world", lambda: ensure_world(cfg, force=force))
     timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
     wsw = _round1(cfg, force, timed)
-    _control(cfg.pipeline, wsw.pipeline, force, timed)
+    tune_control(cfg.run_dir, wsw.pipeline, force, timed)
     _round2(wsw, force, timed)
     timed("evaluate", lambda: run_stage("evaluate", wsw.pipeline, force=force))
     timed("inspect", lambda: run_stage("inspect", wsw.pipeline, force=force))
-    walls["total"] = round(time.perf_counter() - t_all, 1)
+    walls = timed.total()
     results = summarise(wsw, walls)
-    atomic_write_text(Path(cfg.run_dir) / "results.json", json.dumps(results, indent=2) + "\n")
+    finish_run(cfg.run_dir, results)
     _print_results(results, walls)
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")
     return results
