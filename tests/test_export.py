@@ -328,3 +328,47 @@ def test_cli_default_path_and_errors(tmp_path, capsys):
     assert EXPORT_FORMATS == FORMATS
     assert main(["export", cfg.run_dir, "--format", "jsonl", "--out", str(tmp_path / "run/build/x.jsonl")]) == 2
     assert "which export reads" in capsys.readouterr().err
+
+
+def test_an_existing_out_file_is_replaced_only_when_it_holds_an_export(run_cfg, tmp_path, capsys):
+    def export_to(out, fmt="jsonl", *extra) -> int:
+        return main(["export", run_cfg.run_dir, "--format", fmt, "--out", str(out), *extra])
+
+    notes, other = tmp_path / "notes.txt", tmp_path / "other.jsonl"
+    notes.write_text("my notes\n")
+    other.write_text('{"a": 1}\n')
+    for user_file in (notes, other):
+        assert export_to(user_file) == 2
+        err = capsys.readouterr().err
+        assert f"--out {user_file} exists and holds no export" in err and "--force" in err and err.count("\n") == 1
+    assert notes.read_text() == "my notes\n" and other.read_text() == '{"a": 1}\n'
+    assert export_to(notes, "openai", "--force") == 0 and read_jsonl(notes)[0]["messages"]
+    assert export_to(notes) == 0 and read_jsonl(notes)[0]["id"] == "d1"  # an export (of another format) is replaced
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert export_to(empty) == 0 and read_jsonl(empty)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(other)
+    assert export_to(link, "jsonl", "--force") == 2
+    assert "is not a regular file" in capsys.readouterr().err and link.is_symlink()
+    assert export_to(tmp_path / "trl", "trl-sft", "--force") == 2
+    assert "--force: a trl-sft export replaces only a folder" in capsys.readouterr().err
+    assert not (tmp_path / "trl").exists() and other.read_text() == '{"a": 1}\n'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["empty.jsonl", "link.jsonl", "notes.txt", "other.jsonl"]
+
+
+def test_an_out_file_that_cannot_be_read_is_refused(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from toolformer.inspect.export import output_path
+
+    out = tmp_path / "locked.jsonl"
+    out.write_text("secret\n")
+
+    def denied(self, *a, **kw):
+        raise PermissionError(13, "Permission denied", str(self))
+
+    monkeypatch.setattr(Path, "open", denied)  # what a file without read permission gives (tests may run as root)
+    with pytest.raises(ValueError, match=r"locked.jsonl exists and cannot be read .*\(Permission denied\).*--force"):
+        output_path(tmp_path, "jsonl", out)
+    assert output_path(tmp_path, "jsonl", out, force=True) == out

@@ -107,6 +107,8 @@ def _add_reading_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kept-only", action="store_true", help="only rows with at least one kept call")
     p.add_argument("--out", help="output file (default: RUN_DIR/export/FORMAT.jsonl); for trl-sft and trl-dpo a "
                                  "folder (default: RUN_DIR/export/FORMAT/) with data.jsonl and dataset/")
+    p.add_argument("--force", action="store_true", help="replace an --out file that holds no export (a file an "
+                                                        "earlier export wrote is replaced without it)")
     p.add_argument("--config", "-c", help="config for a run folder without config.yaml (call style, tools)")
     p.add_argument("overrides", nargs="*", help="key=value overrides, e.g. calls.style=special")
 

@@ -25,5 +25,11 @@ def cmd_export(args) -> int:
 
     cfg = load_pipeline(args)
     cfg.run_dir = args.run_dir
-    (export_trl if args.format in TRL_FORMATS else export_run)(cfg, args.format, args.out, args.kept_only)
+    if args.format in TRL_FORMATS:
+        if args.force:
+            raise ValueError(f"--force: a {args.format} export replaces only a folder an earlier export wrote, "
+                             "never other files; leave the option out")
+        export_trl(cfg, args.format, args.out, args.kept_only)
+    else:
+        export_run(cfg, args.format, args.out, args.kept_only, args.force)
     return 0

@@ -25,7 +25,9 @@ A row is skipped, and counted by reason, when a tool is unknown or has no
 wire name, a call's arguments fail the schema, or its call is not where its
 provenance puts it in the text. Writes ``RUN_DIR/export/<format>.jsonl``
 (or ``--out``) to a temporary name and renames it; reads nothing else and
-changes nothing else in the run folder.
+changes nothing else in the run folder. A file already there is replaced only
+when it holds an export (empty, or its first line a record of one of the
+formats) or with ``--force``; a link or a device never.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from toolformer.config.schema import PipelineConfig
+from toolformer.config.text import parse_json
 from toolformer.corpus.records import DatasetRow, fields
 from toolformer.inspect.chatformats import (
     FORMATS,
@@ -162,18 +165,47 @@ def open_dataset(run_dir: Path):
     return ds
 
 
-def output_path(run_dir: Path, fmt: str, out: str | Path | None) -> Path:
+def output_path(run_dir: Path, fmt: str, out: str | Path | None, force: bool = False) -> Path:
     path = Path(out) if out else run_dir / "export" / f"{fmt}.jsonl"
     if path.is_dir():
         raise ValueError(f"--out {path} is a folder; name a file")
     build = (run_dir / "build").resolve()
     if path.resolve() == build or build in path.resolve().parents:
         raise ValueError(f"--out {path} lies inside {build}, which export reads; choose another file")
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise ValueError(f"--out {path} is not a regular file (a link, a device); name a new file")
+    if path.exists() and not force and not holds_export(path):
+        raise ValueError(f"--out {path} exists and holds no export (its first line is no {', '.join(FORMATS)} "
+                         f"record); name a new file, or add --force to replace it")
     return path
 
 
-def export_run(cfg: PipelineConfig, fmt: str, out: str | Path | None = None, kept_only: bool = False) -> dict:
-    """Write the built data set of ``cfg.run_dir`` as ``fmt`` records; return the counts.
+EXPORT_KEYS = ({"messages"}, {"messages", "tools"}, {"id", "segments"})  # the keys of a record of each format
+FIRST_LINE_BYTES = 64 * 2**20  # a first line longer than this is read as no export record
+
+
+def holds_export(path: Path) -> bool:
+    """Whether ``path`` is a file an export wrote: empty (an export of no rows), or its first line a record of
+    one of :data:`FORMATS`. Only such a file is replaced without ``--force``."""
+    try:
+        with path.open("rb") as f:
+            first = f.readline(FIRST_LINE_BYTES)
+    except OSError as e:
+        raise ValueError(f"--out {path} exists and cannot be read to see whether it holds an export ({e.strerror}); "
+                         "name a new file, or add --force to replace it") from None
+    if not first:
+        return True
+    try:
+        record = parse_json(first.decode("utf-8"))
+    except ValueError:
+        return False
+    return isinstance(record, dict) and set(record) in EXPORT_KEYS
+
+
+def export_run(cfg: PipelineConfig, fmt: str, out: str | Path | None = None, kept_only: bool = False,
+               force: bool = False) -> dict:
+    """Write the built data set of ``cfg.run_dir`` as ``fmt`` records; return the counts. An existing output file
+    is replaced only when it holds an export (:func:`holds_export`) or ``force`` is set.
 
     The call style, separator and tool settings are those the run saved
     (``RUN_DIR/config.yaml``), else those of ``cfg``."""
@@ -181,7 +213,7 @@ def export_run(cfg: PipelineConfig, fmt: str, out: str | Path | None = None, kep
         raise ValueError(f"format: {fmt!r} is not one of {', '.join(FORMATS)}")
     run_dir = Path(cfg.run_dir)
     ds = open_dataset(run_dir)
-    path = output_path(run_dir, fmt, out)
+    path = output_path(run_dir, fmt, out, force)
     run_cfg, note = run_config(cfg)
     if note:
         print(f"export: {note}")

@@ -12,6 +12,9 @@ content (``invalid_arguments`` for arguments the schema refuses). A call of a
 tool the server does not list is a protocol error, as the MCP specification
 has it: the JSON-RPC error -32602 (invalid params), ``Unknown tool: NAME``.
 Calendar answers with today's date (a server has no document date).
+
+The transport (:mod:`~toolformer.integrations.mcpwire`) answers every line that is no valid message with one
+JSON-RPC error, and stops reading while too many replies are unread.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import json
 from typing import cast
 
 from toolformer.config.schema import PipelineConfig
+from toolformer.integrations.mcpwire import stdio_transport
 from toolformer.tools import build_tools, catalogue
 from toolformer.tools.sandbox import build_sandbox
 from toolformer.version import __version__
@@ -31,7 +35,6 @@ def serve(cfg: PipelineConfig) -> int:
         import anyio
         from mcp import types
         from mcp.server.lowlevel import Server
-        from mcp.server.stdio import stdio_server
         from mcp.shared.exceptions import MCPError
         from mcp_types import INVALID_PARAMS
     except ImportError:
@@ -60,7 +63,7 @@ def serve(cfg: PipelineConfig) -> int:
     server = Server("toolformer", version=__version__, on_list_tools=list_tools, on_call_tool=call_tool)
 
     async def run() -> None:
-        async with stdio_server() as (read, write):
+        async with stdio_transport(drain_s=cfg.tools.timeout_s + 5) as (read, write):
             await server.run(read, write, server.create_initialization_options())
 
     try:
