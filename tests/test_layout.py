@@ -384,3 +384,18 @@ def test_lint_holds_with_a_runs_folder_in_the_root(tmp_path):
         (tmp_path / name).mkdir()
     done = subprocess.run([str(ruff), "check", "--no-cache", "tests"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_worlds_share_through_worlds_and_never_import_each_other():
+    """A third world adds only what is its own: what the small world and the published world both use lives in
+    toolformer.worlds, and neither imports the other by any import at any depth."""
+    graph = import_graph(PACKAGE)
+    offences = [f"{name} imports {dep}" for name in graph for dep in graph[name]
+                for me, other in (("smallworld", "published"), ("published", "smallworld"))
+                if name.startswith(f"toolformer.{me}") and dep.startswith(f"toolformer.{other}")]
+    product = [name for name in graph if name.count(".") and name.split(".")[1] in PRODUCT]
+    offences += [f"{name} imports {dep}" for name in product for dep in graph[name]
+                 if dep.startswith("toolformer.worlds")]
+    assert not offences, offences
+    assert not [f for f in (PACKAGE / "published").rglob("*.py") if "smallworld" in f.read_text(encoding="utf-8")]
+    assert any(dep.startswith("toolformer.worlds") for dep in graph["toolformer.published.demo"])

@@ -73,7 +73,7 @@ def write_fixture(folder: Path, facts: int = 40) -> Path:
 
 def fixture_config(tmp_path: Path, monkeypatch, **published):
     data = write_fixture(tmp_path / "data")
-    monkeypatch.setattr(world, "check_data", lambda folder: Path(folder))
+    monkeypatch.setattr(world, "check_data", sources.read_data)  # the stand-in files have other sha256
     overrides = [f"run_dir={tmp_path / 'run'}", f"published.data_dir={data}", "published.eval_lama=6",
                  *(f"published.{k}={v}" for k, v in published.items())]
     return load_published(ROOT / "configs" / "published.yaml", overrides)
@@ -103,6 +103,58 @@ def test_bad_records_are_counted_with_file_and_line_never_dropped_unsaid(tmp_pat
     summary = json.loads((root / "world.json").read_text())
     assert summary["rejected"] == {r: sum(x["reason"] == r for x in rejected) for r in where}
     assert len(read_gsm8k(Path(train), Rejected())) == 2
+
+
+def test_a_record_with_a_long_number_lone_surrogate_or_nested_annotation_is_rejected_with_file_and_line(
+        tmp_path, monkeypatch):
+    cfg = fixture_config(tmp_path, monkeypatch)
+    data = Path(cfg.published.data_dir)
+    train, mawps = data / "math/gsm8k/train.jsonl", data / "math/mawps/trainset.json"
+    with train.open("a") as f:  # lines 6 to 9
+        for answer in ("x\n#### " + "1" * 400, "x\n#### " + "1" * 5000, "lone \ud800 surrogate\n#### 2",
+                       "x <<2*<<3=3>>=6>>6 apples\n#### 6"):
+            f.write(json.dumps({"question": "How many?", "answer": answer}) + "\n")
+    rows = json.loads(mawps.read_text()) + [{"id": "h1", "original_text": "How many ?", "ans": 10**400}]
+    mawps.write_text(json.dumps(rows)[:-1] + ', {"id": "h2", "original_text": "q", "ans": ' + "7" * 5000 + "}]")
+    root = world.build_world(cfg, quiet=True)
+    rejected = {r["where"]: r["reason"] for r in read_jsonl(root / "rejected.jsonl")}
+    assert {w: rejected.get(w) for w in (f"{train}:6", f"{train}:7", f"{train}:8", f"{train}:9")} == {
+        f"{train}:6": "answer number too long", f"{train}:7": "answer number too long", f"{train}:8": "not text",
+        f"{train}:9": "annotation does not parse"}
+    assert rejected[f"{mawps}: item 6"] == rejected[f"{mawps}: item 7"] == "answer number too long"
+    assert json.loads((root / "world.json").read_text())["counts"]["pretrain"] > 0
+
+
+def test_a_nested_or_unmatched_annotation_is_no_gold_call():
+    for answer in ("x <<2*<<3=3>>=6>>6 apples\n#### 6", "x 3=3>>3 apples\n#### 3", "x <<3=3 apples\n#### 3"):
+        with pytest.raises(SkipItem, match="annotation does not parse"):
+            parse_solution(answer)
+
+
+def test_the_world_reads_the_bytes_it_checked_not_a_file_replaced_after_the_check(tmp_path, monkeypatch):
+    cfg = fixture_config(tmp_path, monkeypatch)
+    data = Path(cfg.published.data_dir)
+    present = tuple(r for r in sources.READ if (data / r).is_file())
+    monkeypatch.setattr(sources, "READ", present)
+    monkeypatch.setattr(sources, "FILES", {r: hashlib.sha256((data / r).read_bytes()).hexdigest() for r in present})
+    monkeypatch.setattr(sources, "RELATION_LINES", sources.relation_lines((data / sources.RELATIONS).read_bytes()))
+    published = {r: (data / r).read_bytes() for r in present}
+
+    def check_then_swap(folder):
+        files = sources.check_data(folder)  # every file checked as published ...
+        (data / "math/ASDiv.xml").write_text(  # ... then two replaced before the world is built
+            "<Machine-Reading-Corpus-File><ProblemSet><Problem ID='x1'><Body>INJECTED Ann has 3 apples.</Body>"
+            "<Question>How many apples?</Question><Answer>3</Answer></Problem></ProblemSet>"
+            "</Machine-Reading-Corpus-File>")
+        (data / "math/gsm8k/train.jsonl").write_text(json.dumps({"question": "INJECTED?", "answer": "#### 1"}) + "\n")
+        return files
+
+    monkeypatch.setattr(world, "check_data", check_then_swap)
+    root = world.build_world(cfg, quiet=True)
+    texts = [d["text"] for name in ("pretrain", "corpus") for d in read_jsonl(root / f"{name}.jsonl")]
+    assert not any("INJECTED" in t for t in texts) and any("Eve has" in t for t in texts)
+    files = json.loads((root / "world.json").read_text())["files"]
+    assert files == {r: hashlib.sha256(b).hexdigest() for r, b in published.items()}
 
 
 def test_evaluation_facts_are_in_no_training_text_and_in_the_qa_data(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from toolformer.tasks import (
     normalize_answer,
     qa_score,
 )
-from toolformer.tasks.metrics import answer_span, numbers
+from toolformer.tasks.metrics import answer_span, gold_problem, numbers
 
 
 # -- numbers, values and words ------------------------------------------------------------
@@ -197,3 +197,46 @@ def test_empty_and_article_answers_still_normalise_to_nothing():
     assert not qa_score("anything", [""])[1]
 
 
+
+
+# -- numbers of any length ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("digits", [58, 59, 70, 400, 1000, 1001, 5000])
+def test_an_answer_with_a_number_of_any_length_is_scored_never_an_error(digits):
+    pred, correct = math_score(f" The answer is {'9' * digits}.", "12")
+    assert correct is False and pred is not None
+    assert math_score(f" {'9' * digits} so 12", "12")[1] is False  # the first number is the answer, not 12
+
+
+def test_long_numbers_are_compared_exactly():
+    long = "1" * 45
+    assert math_score(f" {long}", long)[1] and not math_score(f" {long}1", long)[1]
+    assert math_score(f" {'0' * 500}12.{'0' * 400}1", "12")[1]  # 500 leading zeros, 12.000…1 rounds to 12.00
+    assert math_score(f" 0.12{'4' * 80}9", "0.12")[1] and not math_score(f" 0.12{'4' * 80}9", "0.13")[1]
+    assert numbers("9" * 1001) == [None] and numbers("9" * 1000) == [int("9" * 1000)]
+    assert math_score(f" {'9' * 1001}", "9")[0] == "(a number of more than 1000 digits)"
+    assert math_score(f" {'9' * 400}", "9")[0] == "9" * 400  # too large for a float: written out
+    assert extract_number(f" {'9' * 400}") == float("inf")
+
+
+def test_a_gold_answer_with_a_number_too_long_is_named():
+    assert gold_problem("1" * 50) is None and gold_problem("9 (apples)") is None
+    assert gold_problem("1" * 51) == ("answer number too long", "a number of 51 digits (at most 50)")
+    assert gold_problem("Yes") == ("answer is not a number", "'Yes'")
+
+
+def test_one_item_the_scorer_cannot_read_is_wrong_the_others_scored(monkeypatch):
+    from toolformer.tasks import TaskData, TaskItem
+    from toolformer.tasks import score as score_module
+
+    data = TaskData([TaskItem("a", "q", ["3"]), TaskItem("b", "q", ["4"])], total=2)
+    real = score_module.math_score
+
+    def flaky(output, gold, decimals=2):
+        if gold == "3":
+            raise ArithmeticError("cannot round")
+        return real(output, gold, decimals)
+
+    monkeypatch.setattr(score_module, "math_score", flaky)
+    records, counts = score_module.score_file(data, {"a": " 3", "b": " 4"}, "math", "gsm8k")
+    assert [r["correct"] for r in records] == [False, True] and counts["scored"] == 2
+    assert records[0]["score_error"] == "ArithmeticError: cannot round" and "score_error" not in records[1]

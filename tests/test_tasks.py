@@ -237,3 +237,48 @@ def test_call_counts_by_kind():
     assert counts["malformed"] == {"unknown_tool": 1, "unparsable_input": 1, "no_result_marker": 1, "unclosed": 2}
     assert counts["malformed_per_100_calls"] == round(500 / 7, 2)
     assert call_counts([{"calls": [], "output": "x"}])["malformed_per_100_calls"] is None
+
+
+# -- numbers of any length, text that is no text, XML entities ------------------------------------------------------
+def test_an_item_with_a_number_too_long_is_skipped_naming_its_line_the_rest_loaded(tmp_path, capsys):
+    from toolformer.cli.app import main
+
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text("\n".join(json.dumps(r) for r in [
+        {"question": "Ann has 3. How many?", "answer": "#### 3"}, {"question": "Big?", "answer": "#### " + "7" * 5000},
+        {"question": "Bo has 4. How many?", "answer": "#### 4"}, {"question": "Odd?", "answer": "#### 1\ud800"},
+    ]) + "\n")
+    _, data = load_task(gsm)
+    assert [i.answers for i in data.items] == [["3"], ["4"]]
+    assert [(s["where"], s["reason"]) for s in data.skipped] == [
+        (f"{gsm}: line 2", "answer number too long"), (f"{gsm}: line 4", "not text")]
+    assert "5,000 digits (at most 50)" in data.skipped[0]["detail"]
+    assert main(["tasks", "check", str(gsm)]) == 0
+    assert f"{gsm}: line 2" in capsys.readouterr().out
+    mawps = tmp_path / "mawps.json"  # a JSON list: an integer int() cannot read skips its item, not the file
+    mawps.write_text('[{"id": "a", "original_text": "Dee had 7 apples .", "ans": 7}, {"id": "b", "original_text": '
+                     f'"Big .", "ans": {"9" * 5000}}}, {{"id": "c", "original_text": "Far .", "ans": 1e300}}]')
+    _, data = load_task(mawps, "mawps")
+    assert [i.id for i in data.items] == ["a"]
+    assert [(s["where"], s["reason"]) for s in data.skipped] == [
+        (f"{mawps}: item 1", "answer number too long"), (f"{mawps}: item 2", "answer number too long")]
+
+
+def test_asdiv_that_declares_an_entity_is_refused_naming_the_file(tmp_path, capsys):
+    from toolformer.cli.app import main
+
+    problem = ('<Machine-Reading-Corpus-File><ProblemSet><Problem ID="x1"><Body>{} Ann has 3 apples.</Body>'
+               "<Question>How many apples?</Question><Answer>3</Answer></Problem></ProblemSet>"
+               "</Machine-Reading-Corpus-File>")
+    bomb = tmp_path / "asdiv.xml"
+    entities = ['<!ENTITY l0 "lol">'] + [f'<!ENTITY l{i} "{f"&l{i - 1};" * 10}">' for i in range(1, 7)]
+    bomb.write_text('<?xml version="1.0"?>\n<!DOCTYPE a [\n' + "\n".join(entities) + "\n]>\n"
+                    + problem.format("&l6;"))
+    with pytest.raises(TaskFormatError, match=r"asdiv\.xml: declares an XML entity .*never expanded"):
+        load_task(bomb, "asdiv")
+    assert main(["tasks", "check", str(bomb)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(bomb) in err[0] and "Traceback" not in err[0]
+    plain = tmp_path / "plain.xml"  # a DOCTYPE without entities, and the predefined ones, read as before
+    plain.write_text("<!DOCTYPE a>\n" + problem.format("Tom &amp; Ann:"))
+    assert load_task(plain, "asdiv")[1].items[0].question.startswith("Tom & Ann: Ann has 3 apples.")

@@ -37,11 +37,27 @@ def decode_utf8(data: bytes, where: str | Path, message: str = UTF8_ERROR, line:
 TOO_DEEP = "nested too deeply to read"
 
 
-def parse_json(text: str) -> object:
+def _int_or_digits(digits: str) -> int | str:
+    return int(digits) if len(digits) <= 4000 else digits
+
+
+def parse_json(text: str, long_ints_as_text: bool = False) -> object:
     """``json.loads(text)``; a document nested deeper than Python's recursion limit (``[[[…]]]``: valid JSON, but
     the parser's RecursionError) is a :class:`json.JSONDecodeError` like any other bad JSON, so every reader
-    rejects it as it rejects a line that is not JSON."""
+    rejects it as it rejects a line that is not JSON. With ``long_ints_as_text``, an integer of more than 4,000
+    digits (``int()`` refuses those over 4,300) is kept as its digits, a string: the reader of a file of records
+    then skips the record that holds it, not the file."""
     try:
-        return json.loads(text)
+        return json.loads(text, parse_int=_int_or_digits if long_ints_as_text else None)
     except RecursionError:
         raise json.JSONDecodeError(TOO_DEEP, text, 0) from None
+
+
+def lone_surrogate(value: object) -> bool:
+    """Whether a parsed JSON value holds a string with a lone surrogate (``"\\ud800"``: valid JSON escapes, but
+    no text: it cannot be written as UTF-8)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False

@@ -6,6 +6,12 @@
 - T-REx: each fact with its Wikipedia sentences, the ``[MASK]`` filled with the object; the relation's template
   from ``relations.jsonl`` (a fact of a relation missing there is rejected).
 - MAWPS and ASDiv through the project's evaluation loaders (:mod:`toolformer.tasks.formats`).
+
+Each reader takes the file's bytes as the world's checksum check read them (``raw``; the file itself is read only
+when none are given), and its path to name it. A record is rejected, never a traceback, for: invalid JSON or
+UTF-8, a lone surrogate (``"\\ud800"``: no text), an answer with a number of more than
+:data:`~toolformer.tasks.metrics.MAX_GOLD_DIGITS` digits, a GSM8K annotation that is not ``<<expr=number>>`` (a
+nested one, ``<<2*<<3=3>>=6>>``, or a lone ``<<`` / ``>>``).
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from toolformer.config.text import lone_surrogate
 from toolformer.tasks.formats import GSM8K_FINAL, SkipItem, gsm8k_answer, lama_prompt, load_task
+from toolformer.tasks.metrics import MAX_GOLD_DIGITS, digits
 
 MASK = "[MASK]"
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
@@ -46,10 +54,13 @@ class Solution:
 
 
 def parse_solution(answer: str) -> Solution:
-    """A GSM8K answer as text and gold calls; :class:`SkipItem` when it has no ``####`` or an annotation that is
-    not ``expression=number``."""
+    """A GSM8K answer as text and gold calls; :class:`SkipItem` when it has no ``####``, an annotation that is
+    not ``expression=number`` (nested, or a ``<<`` or ``>>`` of none), or a number of more than
+    ``MAX_GOLD_DIGITS`` digits."""
     final = gsm8k_answer(answer)
     body = answer[: answer.rfind(GSM8K_FINAL)].rstrip()
+    if digits(body) > MAX_GOLD_DIGITS:
+        raise SkipItem("number too long", f"a number of {digits(body):,} digits (at most {MAX_GOLD_DIGITS})")
     text, calls, last = [], [], 0
     length = 0
     for m in _ANNOTATION.finditer(body):
@@ -64,12 +75,16 @@ def parse_solution(answer: str) -> Solution:
                       "char_start": length})
         last = m.end()
     text.append(body[last:])
+    for piece in text:
+        if "<<" in piece or ">>" in piece:  # an annotation inside another, or one never opened or closed
+            raise SkipItem("annotation does not parse", repr(piece.strip())[:200])
     return Solution("".join(text), final, calls)
 
 
-def _json_lines(path: Path, rejected: Rejected):
-    """(where, record) of every JSON object line of ``path``; the others rejected."""
-    raw = path.read_bytes()
+def _json_lines(path: Path, rejected: Rejected, raw: bytes | None = None):
+    """(where, record) of every JSON object line of ``raw`` (the bytes of ``path``, read here when not given); the
+    others rejected."""
+    raw = path.read_bytes() if raw is None else raw
     for n, line in enumerate(raw.split(b"\n"), 1):
         if not line.strip():
             continue
@@ -81,6 +96,9 @@ def _json_lines(path: Path, rejected: Rejected):
             continue
         if not isinstance(rec, dict):
             rejected.add(where, "not a JSON object", type(rec).__name__)
+            continue
+        if lone_surrogate(rec):
+            rejected.add(where, "not text", "a lone surrogate (a \\ud800-\\udfff escape not in a pair)")
             continue
         yield where, rec
 
@@ -94,9 +112,9 @@ class Problem:
     solution: Solution | None = None
 
 
-def read_gsm8k(path: Path, rejected: Rejected) -> list[Problem]:
+def read_gsm8k(path: Path, rejected: Rejected, raw: bytes | None = None) -> list[Problem]:
     out = []
-    for where, rec in _json_lines(path, rejected):
+    for where, rec in _json_lines(path, rejected, raw):
         try:
             q, a = rec.get("question"), rec.get("answer")
             if not isinstance(q, str) or not isinstance(a, str) or not q.strip():
@@ -109,9 +127,9 @@ def read_gsm8k(path: Path, rejected: Rejected) -> list[Problem]:
     return out
 
 
-def read_task(path: Path, fmt: str, rejected: Rejected) -> list[Problem]:
+def read_task(path: Path, fmt: str, rejected: Rejected, raw: bytes | None = None) -> list[Problem]:
     """A math file through the project's evaluation loader (MAWPS, ASDiv): its skipped records rejected."""
-    _fmt, data = load_task(path, fmt)
+    _fmt, data = load_task(path, fmt, raw=raw)
     for s in data.skipped:
         rejected.add(s["where"], s["reason"], s.get("detail", ""))
     return [Problem(item.id, item.question, item.answers[0], f"{path}: {item.id}") for item in data.items]
@@ -128,9 +146,9 @@ class Fact:
     masks: list[int]  # per sentence, where the object starts
 
 
-def read_relations(path: Path, rejected: Rejected) -> dict[str, dict]:
+def read_relations(path: Path, rejected: Rejected, raw: bytes | None = None) -> dict[str, dict]:
     out = {}
-    for where, rec in _json_lines(path, rejected):
+    for where, rec in _json_lines(path, rejected, raw):
         rel, template = rec.get("relation"), rec.get("template")
         if not isinstance(rel, str) or not isinstance(template, str) or "[X]" not in template or "[Y]" not in template:
             rejected.add(where, "bad relation", "relation and a template with [X] and [Y] needed")
@@ -170,10 +188,12 @@ def _fact(rec: dict, where: str, relations: dict[str, dict], rejected: Rejected)
                 masks)
 
 
-def read_trex(folder: Path, relations: dict[str, dict], files: list[str], rejected: Rejected) -> list[Fact]:
+def read_trex(folder: Path, relations: dict[str, dict], files: list[str], rejected: Rejected,
+              raw: dict[str, bytes] | None = None) -> list[Fact]:
+    """The facts of ``files`` (names in ``folder``; their bytes in ``raw`` by name when given)."""
     out, seen = [], set()
     for name in files:
-        for where, rec in _json_lines(folder / name, rejected):
+        for where, rec in _json_lines(folder / name, rejected, None if raw is None else raw[name]):
             fact = _fact(rec, where, relations, rejected)
             if fact is None:
                 continue

@@ -2,7 +2,9 @@
 check that runs before anything is built (``check_data``) and ``toolformer published fetch``.
 
 ``relations.jsonl`` is checked line by line: the line of each relation whose facts the world reads has its
-recorded sha256 (the file may hold more relations). Every other file is checked whole."""
+recorded sha256 (the file may hold more relations). Every other file is checked whole. ``check_data`` reads each
+file once and returns the bytes it checked: the world is built from those, never from the files read again (a
+file replaced after the check is not read)."""
 
 from __future__ import annotations
 
@@ -165,10 +167,11 @@ def source_url(rel: str, base: str = "") -> str:
     return SOURCES[key] + (rel[len(key):] if key.endswith("/") else "")
 
 
-def relation_lines(path: Path) -> dict[str, str]:
-    """Relation id → sha256 of its line, for every line of ``path`` that is a JSON object with a relation."""
+def relation_lines(raw: bytes) -> dict[str, str]:
+    """Relation id → sha256 of its line, for every line of ``raw`` (relations.jsonl's bytes) that is a JSON object
+    with a relation."""
     out = {}
-    for line in path.read_bytes().split(b"\n"):
+    for line in raw.split(b"\n"):
         try:
             rec = json.loads(line)
         except (ValueError, RecursionError):
@@ -187,23 +190,39 @@ def file_problem(folder: Path, rel: str) -> str | None:
 def _content_problem(path: Path, rel: str) -> str | None:
     """Why the file at ``path`` is not the published ``rel``, or None when it is."""
     if rel == RELATIONS:
-        found = relation_lines(path)
-        bad = [r for r, h in RELATION_LINES.items() if found.get(r) != h]
-        return f"the line of {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} is not as published" if bad else None
+        return bytes_problem(path.read_bytes(), rel)
     digest = sha256_file(path)
     return None if digest == FILES[rel] else f"sha256 {digest[:12]}… is not the published {FILES[rel][:12]}…"
 
 
-def check_data(folder: str | Path) -> Path:
-    """``folder`` holding every file the world reads, each as published; else :class:`DataError` naming the first
-    file that is not and the command that fetches them."""
+def bytes_problem(raw: bytes, rel: str) -> str | None:
+    """Why ``raw`` is not the published ``rel``, or None when it is."""
+    if rel == RELATIONS:
+        found = relation_lines(raw)
+        bad = [r for r, h in RELATION_LINES.items() if found.get(r) != h]
+        return f"the line of {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''} is not as published" if bad else None
+    digest = hashlib.sha256(raw).hexdigest()
+    return None if digest == FILES[rel] else f"sha256 {digest[:12]}… is not the published {FILES[rel][:12]}…"
+
+
+def read_data(folder: str | Path) -> dict[str, bytes]:
+    """The bytes of each file the world reads that ``folder`` holds (relative path → bytes), each read once;
+    nothing checked here (:func:`check_data` does)."""
     folder = Path(folder)
+    return {rel: (folder / rel).read_bytes() for rel in READ if (folder / rel).is_file()}
+
+
+def check_data(folder: str | Path) -> dict[str, bytes]:
+    """The bytes of every file the world reads (relative path → bytes, :func:`read_data`), each checked against
+    its published sha256: the world reads these, never the files again. Else :class:`DataError` naming the
+    first file that is missing or not as published and the command that fetches them."""
+    files = read_data(folder)
     for rel in READ:
-        why = file_problem(folder, rel)
+        why = "missing" if rel not in files else bytes_problem(files[rel], rel)
         if why:
-            raise DataError(f"{folder / rel}: {why}; fetch the published files with `{FETCH_COMMAND}` (or set "
+            raise DataError(f"{Path(folder) / rel}: {why}; fetch the published files with `{FETCH_COMMAND}` (or set "
                             "published.data_dir / $TOOLFORMER_PUBLISHED_DATA to a folder that has them)")
-    return folder
+    return files
 
 
 def size_limit(rel: str) -> int:

@@ -40,9 +40,8 @@ from toolformer.published.readers import (
     read_trex,
     render,
 )
-from toolformer.published.sources import READ, RELATIONS, check_data
+from toolformer.published.sources import RELATIONS, check_data
 from toolformer.rundir.files import atomic_write_text, dumps
-from toolformer.smallworld.pretrain import sha256_file
 
 SUMMARY = "world.json"
 CORPUS_ID = "a-"
@@ -56,10 +55,13 @@ def share(seed: int, key: str) -> float:
 
 
 def number_text(value: str) -> str:
-    """An answer as a text writes it: 1.8333333333333335 → 1.83, 12.0 → 12; other forms (5:45) as they are."""
+    """An answer as a text writes it: 1.8333333333333335 → 1.83, 12.0 → 12; other forms (5:45) and numbers of
+    10**15 or more (a float holds not all their digits) as they are."""
     try:
         v = float(value)
     except ValueError:
+        return value
+    if not abs(v) < 1e15:
         return value
     return str(int(round(v))) if abs(v - round(v)) < 1e-9 else f"{v:.2f}".rstrip("0").rstrip(".")
 
@@ -125,13 +127,16 @@ def _lama_items(evals: list[Fact], cfg, rng: random.Random) -> tuple[list[dict],
     return items, [f for f in evals if f.uuid not in ids]
 
 
-def _math(folder: Path, cfg, rejected: Rejected) -> dict[str, list[Problem]]:
-    gsm_train = read_gsm8k(folder / "math/gsm8k/train.jsonl", rejected)
-    gsm_test = read_gsm8k(folder / "math/gsm8k/test.jsonl", rejected)
-    mawps_train = [*read_task(folder / "math/mawps/trainset.json", "mawps", rejected),
-                   *read_task(folder / "math/mawps/validset.json", "mawps", rejected)]
-    mawps_test = read_task(folder / "math/mawps/testset.json", "mawps", rejected)
-    asdiv = read_task(folder / "math/ASDiv.xml", "asdiv", rejected)
+def _math(folder: Path, files: dict[str, bytes], cfg, rejected: Rejected) -> dict[str, list[Problem]]:
+    """The math problems of the checked bytes ``files`` (relative path → bytes) of the data folder ``folder``."""
+    def task(rel: str, fmt: str) -> list[Problem]:
+        return read_task(folder / rel, fmt, rejected, files[rel])
+
+    gsm_train = read_gsm8k(folder / "math/gsm8k/train.jsonl", rejected, files["math/gsm8k/train.jsonl"])
+    gsm_test = read_gsm8k(folder / "math/gsm8k/test.jsonl", rejected, files["math/gsm8k/test.jsonl"])
+    mawps_train = [*task("math/mawps/trainset.json", "mawps"), *task("math/mawps/validset.json", "mawps")]
+    mawps_test = task("math/mawps/testset.json", "mawps")
+    asdiv = task("math/ASDiv.xml", "asdiv")
     asdiv_test = [p for p in asdiv if share(cfg.seed, f"asdiv:{p.id}") < cfg.asdiv_test_share]
     test_ids = {p.id for p in asdiv_test}
     return {"gsm8k": gsm_train, "gsm8k_test": gsm_test[: cfg.eval_gsm8k or None], "mawps": mawps_train,
@@ -214,12 +219,13 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
                 print(f"world: already written ({summary_path}), kept; --force writes it again")
             return root
     pc = cfg.published
-    folder = check_data(pc.data_folder())
+    folder = pc.data_folder()
+    files = check_data(folder)  # each file read once, as checked: the world is built from these bytes
     rejected = Rejected()
-    relations = read_relations(folder / RELATIONS, rejected)
-    trex_files = [Path(r).name for r in READ if r.startswith("lama/trex/P") and (folder / r).is_file()]
-    facts = _split_facts(read_trex(folder / "lama/trex", relations, trex_files, rejected), pc)
-    math = _math(folder, pc, rejected)
+    relations = read_relations(folder / RELATIONS, rejected, files[RELATIONS])
+    trex = {Path(r).name: raw for r, raw in files.items() if r.startswith("lama/trex/P")}
+    facts = _split_facts(read_trex(folder / "lama/trex", relations, list(trex), rejected, trex), pc)
+    math = _math(folder, files, pc, rejected)
     lama, rest = _lama_items(facts["eval"], pc, random.Random(pc.seed))
     docs = _texts(cfg, facts, math)
     prompts = [it["evidences"][0]["masked_sentence"].removesuffix(" [MASK] .") for it in lama]
@@ -241,7 +247,7 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
     counts["rejected"] = _write_jsonl(root / "rejected.jsonl", rejected.records)
     longest = longest_shared(prompts, [d["text"] for ds in docs.values() for d in ds])
     summary = {"format": FORMAT, "key": key, "data_dir": str(folder),
-               "files": {r: sha256_file(folder / r) for r in READ if (folder / r).is_file()},
+               "files": {r: hashlib.sha256(raw).hexdigest() for r, raw in files.items()},
                "facts": {k: len(v) for k, v in facts.items()}, "counts": counts,
                "rejected": rejected.counts(),
                "contamination": {"prompts": len(prompts), "training_documents_left_out": dropped,

@@ -30,11 +30,10 @@ lama      LAMA (``data.zip`` of the LAMA release): T-REx ``P*.jsonl``
 LAMA items follow the paper: the prompt is the first of the item's masked sentences that ends with ``[MASK]``
 (spaces, closing brackets and punctuation aside), cut before it; items with no such sentence are skipped.
 
-A JSON Lines file is split at ``\\n`` only (a U+0085 or U+2028 inside a string
-is text). A record that cannot be used (invalid JSON, a missing field, an
-answer that is not a number) never stops a load: it is skipped with its id and
-reason (:attr:`TaskData.skipped`). A file that cannot be read at all, or that
-leaves no item, is a :class:`TaskFormatError` naming it.
+A JSON Lines file is split at ``\\n`` only (a U+0085 or U+2028 inside a string is text). A record that cannot be
+used (invalid JSON, a missing field, an answer that is not a number or has one of over 50 digits, a lone surrogate
+``"\\ud800"``) never stops a load: it is skipped with its id and reason (:attr:`TaskData.skipped`). A file that
+cannot be read at all (XML that declares an entity), or that leaves no item, is a :class:`TaskFormatError`.
 """
 
 from __future__ import annotations
@@ -42,14 +41,16 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 
-from toolformer.config.text import decode_utf8, parse_json
-from toolformer.tasks.metrics import gold_numbers, strip_units
+from defusedxml import ElementTree as SafeET
+
+from toolformer.config.text import decode_utf8, lone_surrogate, parse_json
+from toolformer.tasks.metrics import gold_problem, strip_units
 
 
 class TaskFormatError(ValueError):
@@ -100,20 +101,20 @@ def _json_lines(path: Path, text: str) -> Iterator[Record]:
             continue
         where = f"{path}: line {n}"
         try:
-            yield Record(where, n - 1, parse_json(line))
+            yield Record(where, n - 1, parse_json(line, long_ints_as_text=True))
         except json.JSONDecodeError as e:
             yield Record(where, n - 1, error=SkipItem("invalid JSON", e.msg))
 
 
-def read_records(path: Path) -> list[Record]:
-    """The records of a JSON list, a JSON object holding the list (TriviaQA's
-    ``Data``), or a JSON Lines file."""
-    text = decode_utf8(path.read_bytes(), path, "{where}: not UTF-8 (byte {offset})", error=TaskFormatError)
+def read_records(path: Path, raw: bytes | None = None) -> list[Record]:
+    """The records of a JSON list, an object holding one (TriviaQA's ``Data``) or JSON Lines; of ``raw`` if given."""
+    raw = path.read_bytes() if raw is None else raw
+    text = decode_utf8(raw, path, "{where}: not UTF-8 (byte {offset})", error=TaskFormatError)
     text = text.replace("\r\n", "\n").replace("\r", "\n")  # the newlines of a file read as text
     head = text.lstrip()[:1]
     if head == "[" or head == "{":
         try:
-            data = parse_json(text)
+            data = parse_json(text, long_ints_as_text=True)
         except json.JSONDecodeError as e:
             if head == "[":
                 raise TaskFormatError(f"{path}: line {e.lineno}: invalid JSON: {e.msg}") from None
@@ -135,7 +136,7 @@ def _get(r: dict, *keys: str):
 def _text(value, key: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise SkipItem("bad field", f"{key}: expected text or a number, got {value!r}"[:200])
-    return str(value).strip()
+    return (format(Decimal(repr(value)), "f") if isinstance(value, float) else str(value)).strip()  # 1e+20: digits
 
 
 def _join(body: str, question: str) -> str:
@@ -147,8 +148,8 @@ def _join(body: str, question: str) -> str:
 
 def _numeric(value, key: str) -> str:
     text = _text(value, key)
-    if not gold_numbers(text):
-        raise SkipItem("answer is not a number", f"{key}: {text!r}")
+    if why := gold_problem(text):
+        raise SkipItem(why[0], f"{key}: {why[1]}")
     return text
 
 
@@ -169,12 +170,13 @@ def _item_id(r: dict, index: int, *keys: str) -> str:
 
 
 # -- formats -------------------------------------------------------------------
-def load_asdiv(path: Path) -> TaskData:
-    try:
-        root = ET.parse(path).getroot()
-    except ET.ParseError as e:
-        line, col = e.position
-        raise TaskFormatError(f"{path}: line {line}, column {col}: invalid XML") from None
+def load_asdiv(path: Path, raw: bytes | None = None) -> TaskData:
+    try:  # defusedxml: a document that declares an entity is refused, no entity is ever expanded
+        root = SafeET.fromstring(path.read_bytes() if raw is None else raw)
+    except SafeET.ParseError as e:
+        raise TaskFormatError(f"{path}: line {e.position[0]}, column {e.position[1]}: invalid XML") from None
+    except (SafeET.EntitiesForbidden, SafeET.ExternalReferenceForbidden) as e:
+        raise TaskFormatError(f"{path}: declares an XML entity ({e}): not read, entities are never expanded") from None
     items, skipped, total = [], [], 0
     for i, p in enumerate(root.iter("Problem")):
         total += 1
@@ -188,8 +190,8 @@ def load_asdiv(path: Path) -> TaskData:
                     raise SkipItem("missing field", f"<{tag}>")
                 parts[tag] = el.text.strip()
             answer = strip_units(parts["Answer"])  # `9 (apples)`: the unit is not the answer
-            if not gold_numbers(answer):
-                raise SkipItem("answer is not a number", repr(parts["Answer"]))
+            if why := gold_problem(answer):
+                raise SkipItem(*why)
             items.append(TaskItem(pid, _join(parts["Body"], parts["Question"]), [answer]))
         except SkipItem as e:
             skipped.append({"id": pid, "where": where, "reason": e.reason, "detail": e.detail})
@@ -222,8 +224,8 @@ GSM8K_FINAL = "####"
 def gsm8k_answer(solution: str) -> str:
     """The final answer of a GSM8K solution: the number after its last ``####``."""
     _head, mark, tail = solution.rpartition(GSM8K_FINAL)
-    if not mark or not gold_numbers(tail.strip().replace(",", "")):
-        raise SkipItem(*(("answer is not a number", repr(tail.strip())[:200]) if mark else ("no ####", "")))
+    if why := gold_problem(tail.strip().replace(",", "")) if mark else ("no ####", ""):
+        raise SkipItem(*why)
     return tail.strip().replace(",", "")
 
 
@@ -319,15 +321,17 @@ ITEM_LOADERS: dict[str, Callable[[dict, int], TaskItem]] = {
 }
 
 
-def load_records(path: Path, make: Callable[[dict, int], TaskItem]) -> TaskData:
+def load_records(path: Path, make: Callable[[dict, int], TaskItem], raw: bytes | None = None) -> TaskData:
     items, skipped = [], []
-    records = read_records(path)
+    records = read_records(path, raw)
     for rec in records:
         try:
             if rec.error is not None:
                 raise rec.error
             if not isinstance(rec.value, dict):
                 raise SkipItem("not a JSON object", type(rec.value).__name__)
+            if lone_surrogate(rec.value):
+                raise SkipItem("not text", "a lone surrogate (a \\ud800-\\udfff escape not in a pair)")
             items.append(make(rec.value, rec.index))
         except SkipItem as e:
             rid = _item_id(rec.value, rec.index) if isinstance(rec.value, dict) else str(rec.index)
@@ -335,14 +339,9 @@ def load_records(path: Path, make: Callable[[dict, int], TaskItem]) -> TaskData:
     return TaskData(items, skipped, len(records))
 
 
-def _records_loader(make: Callable[[dict, int], TaskItem]) -> Callable[[Path], TaskData]:
-    """A :data:`FORMATS` entry: :func:`load_records` with the item loader ``make``."""
-    return lambda path: load_records(path, make)
-
-
-FORMATS: dict[str, Callable[[Path], TaskData]] = {
+FORMATS: dict[str, Callable[..., TaskData]] = {
     "asdiv": load_asdiv,
-    **{name: _records_loader(make) for name, make in ITEM_LOADERS.items()},
+    **{name: lambda path, raw=None, make=make: load_records(path, make, raw) for name, make in ITEM_LOADERS.items()},
 }
 FORMATS["webquestions"] = FORMATS["webqs"]
 KINDS = {"asdiv": "math", "svamp": "math", "mawps": "math", "webqs": "qa", "webquestions": "qa",
@@ -375,21 +374,22 @@ def detect_format(path: Path) -> str:
     where, first = records[0]
     fmt = _format_of(set(first), first)
     if fmt is None:
-        raise TaskFormatError(f"{where}: cannot tell the format from keys {sorted(first)}; "
-                              f"set the task's format")
+        raise TaskFormatError(f"{where}: cannot tell the format from keys {sorted(first)}; set the task's format")
     return fmt
 
 
-def load_task(path: str | Path, fmt: str = "auto", max_items: int = 0) -> tuple[str, TaskData]:
-    """(format, items) of a task file; ``max_items`` > 0 keeps the first that many."""
+def load_task(path: str | Path, fmt: str = "auto", max_items: int = 0,
+              raw: bytes | None = None) -> tuple[str, TaskData]:
+    """(format, items) of a task file, of ``raw`` (its bytes, read once by the caller) when given; ``max_items``
+    > 0 keeps the first that many."""
     path = Path(path)
-    if not path.is_file():
+    if raw is None and not path.is_file():
         raise FileNotFoundError(f"{path}: task file not found")
     if fmt == "auto":
         fmt = detect_format(path)
     if fmt not in FORMATS:
         raise ValueError(f"{path}: unknown task format {fmt!r} (known: auto, {', '.join(FORMATS)})")
-    data = FORMATS[fmt](path)
+    data = FORMATS[fmt](path, raw)
     if not data.items:
         why = "; ".join(f"{s['where']}: {s['reason']}" for s in data.skipped[:3])
         raise TaskFormatError(f"{path}: no usable items as {fmt} ({len(data.skipped)} skipped{': ' if why else ''}"

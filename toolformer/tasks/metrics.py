@@ -13,7 +13,10 @@ number may be written with thousands separators, a Unicode minus, as a
 fraction (``5/2``, ``-(1/3)``) or a mixed number (``2 1/2``, ``-4 1/2``). A gold answer with several numbers
 (a ratio ``5:45``, a time ``3:30 p.m.``, a list ``5; 15; 20``) needs each of
 them, in order. Prediction and gold are compared after rounding both half up
-to ``decimals`` places (2 by default), so 0.625 matches 0.63.
+to ``decimals`` places (2 by default), so 0.625 matches 0.63; the rounding is exact (integers), for a number
+of any size. A number written with more than ``MAX_DIGITS`` digits is read as a number whose value is not
+worked out (``None``): it matches no gold, and the answer reads no other number in its place. A gold answer
+may hold numbers of at most ``MAX_GOLD_DIGITS`` digits (:func:`gold_problem`; the task loaders skip others).
 
 **QA.** An answer counts when the normalised gold answer or one of its
 aliases appears, as whole words, in the first ``max_words`` words of the
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from decimal import ROUND_HALF_UP, Decimal, localcontext
+from decimal import Decimal
 from fractions import Fraction
 
 from toolformer.tools.calls import CallStyle, get_style, strip_calls
@@ -58,17 +61,35 @@ _WORDED_EQUALS = re.compile(
 _CALL_START = r"\s*[A-Za-z_][A-Za-z0-9_]*\s*\("
 
 
+MAX_DIGITS = 1000
+"""A number written with more digits is not worked out (its value would cost time that grows with the square of
+its length): it is read as ``None``, which matches no gold answer."""
+MAX_GOLD_DIGITS = 50
+"""The most digits a number of a gold answer may have (the published sets' longest has 18)."""
+_DIGIT = re.compile(r"\d")
+
+
 def _fraction(text: str) -> Fraction:
-    return Fraction(text.replace(",", ""))
+    """A number as written (``1,234.5``), exactly: through :class:`Decimal`, which has no limit on the digits a
+    string may have (``int("9" * 5000)`` is an error)."""
+    return Fraction(Decimal(text.replace(",", "")))
 
 
-def numbers(text: str) -> list[Fraction]:
-    """Every number in ``text``, in order, as exact fractions."""
-    out = []
+def digits(text: str) -> int:
+    """The most digits any one number of ``text`` is written with (0 when it holds none)."""
+    return max((len(_DIGIT.findall(m[0])) for m in _VALUE.finditer(text.translate(_MINUS))), default=0)
+
+
+def numbers(text: str) -> list[Fraction | None]:
+    """Every number in ``text``, in order, as exact fractions; ``None`` for one of more than ``MAX_DIGITS``
+    digits."""
+    out: list[Fraction | None] = []
     for m in _VALUE.finditer(text.translate(_MINUS)):
-        if m["mixed"] is not None:
-            whole, part = Fraction(m["mixed"]), Fraction(int(m["mn"]), int(m["md"]) or 1)
-            value = whole + part if int(m["md"]) else whole
+        if len(_DIGIT.findall(m[0])) > MAX_DIGITS:
+            out.append(None)
+        elif m["mixed"] is not None:
+            whole, den = _fraction(m["mixed"]), _fraction(m["md"])
+            value = whole + _fraction(m["mn"]) / den if den else whole
             out.append(-value if m["msign"] else value)
         elif m["pn"] is not None:
             den = _fraction(m["pd"])
@@ -87,11 +108,21 @@ def strip_units(answer: str) -> str:
     return _UNIT.sub("", str(answer)).strip()
 
 
-def gold_numbers(answer: str) -> list[Fraction]:
+def gold_numbers(answer: str) -> list[Fraction | None]:
     """The numbers a math gold answer states, without the units in brackets
     (``9 (apples)`` → [9]; ``-(1/3)`` → [-1/3]; ``5:45`` → [5, 45]); [] for
     an answer that is not a number (``Yes``, a name)."""
     return numbers(strip_units(answer))
+
+
+def gold_problem(answer: str) -> tuple[str, str] | None:
+    """(reason, detail) when ``answer`` cannot be a math gold answer: it states no number, or one of more than
+    ``MAX_GOLD_DIGITS`` digits; else None."""
+    text = strip_units(answer)
+    longest = digits(text)
+    if longest > MAX_GOLD_DIGITS:
+        return "answer number too long", f"a number of {longest:,} digits (at most {MAX_GOLD_DIGITS})"
+    return None if numbers(text) else ("answer is not a number", repr(answer)[:200])
 
 
 def cut_unclosed_call(text: str, style: CallStyle) -> tuple[str, bool]:
@@ -137,12 +168,12 @@ def chain_end(span: str) -> int:
     return end
 
 
-def read_prediction(text: str, parts: int = 1) -> list[Fraction] | None:
+def read_prediction(text: str, parts: int = 1) -> list[Fraction | None] | None:
     """The first ``parts`` numbers of the answer span after the ``=`` its
     first (chained) equation ends with, else after its first ``=``, else
     anywhere in it; None when it has fewer."""
     span = _WORDED_EQUALS.sub(lambda m: m["op"] + " = ", answer_span(text))
-    found: list[Fraction] = []
+    found: list[Fraction | None] = []
     for eq in dict.fromkeys((chain_end(span), span.find("="))):
         if eq != -1 and len(found) < parts:
             found = numbers(span[eq + 1 :])
@@ -151,18 +182,30 @@ def read_prediction(text: str, parts: int = 1) -> list[Fraction] | None:
     return found[:parts] if len(found) >= parts else None
 
 
-def _rounded(value: Fraction, decimals: int) -> Decimal:
-    with localcontext() as ctx:
-        ctx.prec = 60
-        exact = Decimal(value.numerator) / Decimal(value.denominator)
-        return exact.quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+def _rounded(value: Fraction, decimals: int) -> int:
+    """``value`` rounded half up (away from zero) to ``decimals`` places, in units of the last place: exact
+    integer arithmetic, so a number of any size rounds (a decimal context of fixed precision cannot)."""
+    scaled = abs(value) * 10**decimals
+    units = (2 * scaled.numerator + scaled.denominator) // (2 * scaled.denominator)
+    return -units if value < 0 else units
 
 
-def _show(values: list[Fraction]) -> float | str:
+def _plain(value: Fraction | None) -> float | str:
+    """A number as a float; one too large for a float as its whole part written out; one not worked out as
+    what it is."""
+    if value is None:
+        return f"(a number of more than {MAX_DIGITS} digits)"
+    try:
+        return float(value)
+    except OverflowError:
+        return str(round(value))
+
+
+def _show(values: list[Fraction | None]) -> float | str:
     """One number as a float; several as ``a; b``."""
     if len(values) == 1:
-        return float(values[0])
-    return "; ".join(str(float(v)) if v.denominator != 1 else str(v.numerator) for v in values)
+        return _plain(values[0])
+    return "; ".join(str(v.numerator) if v is not None and v.denominator == 1 else str(_plain(v)) for v in values)
 
 
 def math_score(output: str, gold: str, decimals: int = 2) -> tuple[float | str | None, bool]:
@@ -174,14 +217,18 @@ def math_score(output: str, gold: str, decimals: int = 2) -> tuple[float | str |
     pred = read_prediction(output, len(target))
     if pred is None:
         return None, False
-    correct = all(_rounded(p, decimals) == _rounded(t, decimals) for p, t in zip(pred, target))
+    correct = all(p is not None and t is not None and _rounded(p, decimals) == _rounded(t, decimals)
+                  for p, t in zip(pred, target))
     return _show(pred), correct
 
 
 def extract_number(text: str) -> float | None:
     """The number a math answer is read as (see :func:`read_prediction`), as a float."""
     found = read_prediction(text)
-    return float(found[0]) if found else None
+    if not found or found[0] is None:
+        return None
+    value = _plain(found[0])
+    return value if isinstance(value, float) else float("inf") if found[0] > 0 else float("-inf")
 
 
 # -- QA ----------------------------------------------------------------------

@@ -15,14 +15,18 @@ from toolformer.tools.calls import CallStyle, get_style, parse_calls
 
 def score_output(item: TaskItem, output: str, kind: str, max_words: int, decimals: int,
                  style: CallStyle | None = None) -> dict:
-    """One item: the answer read from ``output`` (calls removed, an unclosed call cut) against its gold."""
+    """One item: the answer read from ``output`` (calls removed, an unclosed call cut) against its gold. An output
+    the scorer cannot read is wrong, with ``score_error`` saying why: one item never stops an evaluation."""
     answer, malformed = model_answer(output, style)
-    if kind == "math":
-        pred, correct = math_score(answer, item.answers[0], decimals)
-        gold: str | list[str] = item.answers[0]
-    else:
-        pred, correct = qa_score(answer, item.answers, max_words)
-        gold = item.answers
+    gold: str | list[str] = item.answers[0] if kind == "math" else item.answers
+    try:
+        if kind == "math":
+            pred, correct = math_score(answer, item.answers[0], decimals)
+        else:
+            pred, correct = qa_score(answer, item.answers, max_words)
+    except (ValueError, ArithmeticError, RecursionError) as e:
+        return {"id": item.id, "prediction": None, "gold": gold, "correct": False, "malformed_call": malformed,
+                "score_error": f"{type(e).__name__}: {e}"[:300]}
     return {"id": item.id, "prediction": pred, "gold": gold, "correct": correct, "malformed_call": malformed}
 
 
@@ -124,7 +128,7 @@ def read_predictions(path: Path) -> tuple[dict[str, str], list[str]]:
         if not line.strip():
             continue
         try:
-            rec = parse_json(line)
+            rec = parse_json(line, long_ints_as_text=True)
         except json.JSONDecodeError as e:
             problems.append(f"{path}: line {n}: invalid JSON: {e.msg}")
             continue
