@@ -19,7 +19,7 @@ from pathlib import Path
 from toolformer.config.evaluation import ExtraModel, TaskConfig
 from toolformer.config.schema import PipelineConfig
 from toolformer.pipeline import save_resolved_config
-from toolformer.published.config import PublishedWorldConfig, dump_published
+from toolformer.published.config import PublishedWorldConfig, dump_published, holding
 from toolformer.rundir.files import atomic_write_text
 from toolformer.rundir.folder import StageFolder
 from toolformer.rundir.guard import mark
@@ -151,9 +151,13 @@ def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     mark(Path(cfg.run_dir))
     atomic_write_text(Path(cfg.run_dir) / "published.yaml", "# The config of this run (toolformer demo --config "
                       "published.yaml reruns it).\n" + dump_published(cfg))
-    root = timed("world", lambda: build_world(cfg, force=force))
-    base = (Path(cfg.pipeline.model.path) if cfg.pipeline.model.path
-            else timed("pretrain", lambda: pretrain_base_model(cfg, force=force)))
+    with holding(cfg, ("world",)):  # each output folder outside the run folder: locked while it is written
+        root = timed("world", lambda: build_world(cfg, force=force))
+    if cfg.pipeline.model.path:
+        base = Path(cfg.pipeline.model.path)
+    else:
+        with holding(cfg, ("base",)):
+            base = timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
     p = world_pipeline(cfg, root, base)
     save_resolved_config(p)
     for stage in ("sample", "execute", "filter", "chain"):
