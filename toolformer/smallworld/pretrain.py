@@ -19,8 +19,9 @@
 
 The folder gets ``pipeline_config.yaml`` (the resolved config) and, last,
 ``pretrain.json``: config key, parameters, steps, wall time, probe numbers and
-the sha256 of the weights. A rerun with the same config returns at once; ``force``
-retrains; a changed ``max_steps`` continues from the last checkpoint.
+the sha256 of the weights (checked, with the record, before the model is used). A rerun with the same config
+returns at once; ``force`` retrains; a changed ``max_steps`` continues from the last checkpoint. Training removes
+the record first, so a folder without one holds an unfinished training: a rerun, forced or not, resumes it.
 
 Pre-training takes longer than the rest of the demo, so the repository ships
 the base model ``configs/demo.yaml`` makes (``data/world-base``, 5.3 MB, and the
