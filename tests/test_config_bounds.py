@@ -29,6 +29,8 @@ BAD = [
     ("sample.per_tool.Calculator.tau_sample", ".inf"), ("sample.per_tool.Calculator.top_k", "0"),
     ("sample.batch_tokens", "0"), ("sample.temperature", "-1.0"),
     ("finetune.learning_rate", "0"), ("finetune.learning_rate", ".nan"), ("finetune.max_steps", "-1"),
+    ("finetune.learning_rate", "1e308"), ("finetune.learning_rate", "1.5"), ("finetune.weight_decay", "1e308"),
+    ("finetune.weight_decay", "-0.1"),
     ("finetune.warmup_ratio", "2.0"), ("finetune.micro_batch_size", "0"), ("finetune.log_every", "0"),
     ("finetune.tool_data_max_mb", ".inf"), ("build.plain_ratio", ".nan"),
     ("evaluate.top_k_trigger", "0"), ("evaluate.batch_size", "0"), ("evaluate.max_calls", "-1"),
@@ -38,6 +40,7 @@ BAD = [
 WORLD_BOUNDS = [
     ("world.pretrain_fact_share", ".nan"), ("world.corpus_docs", "0"), ("world.towns", "1"),
     ("pretrain.heads", "0"), ("pretrain.learning_rate", "-.inf"), ("pretrain.eval_every", "0"),
+    ("pretrain.learning_rate", "1e308"), ("pretrain.weight_decay", "1e308"), ("pretrain.weight_decay", "10.5"),
     ("demo.max_calls_row", "-1"),
 ]
 

@@ -241,7 +241,7 @@ def test_a_shipped_base_model_of_other_texts_is_not_silently_retrained(tmp_path,
     cfg = fixture_config(tmp_path, monkeypatch)
     shipped = tmp_path / "shipped"
     shipped.mkdir()
-    (shipped / "pretrain.json").write_text(json.dumps({"key": "k1", "steps": cfg.pretrain.max_steps,
+    (shipped / "pretrain.json").write_text(json.dumps({"format": 2, "key": "k1", "steps": cfg.pretrain.max_steps,
                                                        "wall_seconds": 1800}))
     cfg.pretrain.shipped = str(shipped)
     refuse_other_shipped(cfg, "k1")  # the same key and steps: used

@@ -72,9 +72,11 @@ def cmd_demo(args) -> int:
     from toolformer.smallworld.demo import run_demo
 
     if is_published_config(config_file(args.config, default="demo")):
+        from toolformer.published.config import check_outputs
         from toolformer.published.demo import run_published
 
         pw = load_published_world(args)
+        check_outputs(pw, ("world",) if pw.pipeline.model.path else ("world", "base"))
         return hold_and_run(pw.pipeline, "demo", lambda: run_published(pw, force=args.force))
     sw = load_world(args)
     check_start_model(sw)
@@ -142,11 +144,20 @@ def cmd_published(args) -> int:
     """``published fetch|build|pretrain``: the published-data world (toolformer.published)."""
     if args.published_command == "fetch":
         return _fetch(args)
+    from toolformer.published.config import check_outputs, holding
+
     pw = load_published_world(args)
-    if args.published_command == "build":
+    which = ("world",) if args.published_command == "build" else ("world", "base")
+    check_outputs(pw, which)  # before the run folder is claimed: nothing of the user's is touched
+
+    def work() -> None:
+        from toolformer.published.pretrain import pretrain_base_model
         from toolformer.published.world import build_world
 
-        return hold_and_run(pw.pipeline, "published build", lambda: build_world(pw, force=args.force))
-    from toolformer.published.pretrain import pretrain_base_model
+        with holding(pw, which):  # the world's and the base model's folders, locked for the whole command
+            if args.published_command == "build":
+                build_world(pw, force=args.force)
+            else:
+                pretrain_base_model(pw, force=args.force)
 
-    return hold_and_run(pw.pipeline, "published pretrain", lambda: pretrain_base_model(pw, force=args.force))
+    return hold_and_run(pw.pipeline, f"published {args.published_command}", work)

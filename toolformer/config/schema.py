@@ -52,6 +52,10 @@ class ModelConfig:
 
 
 CALL_STYLES = ("plain", "plain_ascii", "special")
+MAX_LEARNING_RATE = 1.0
+"""The largest learning rate a config may set (``finetune``, ``pretrain``): AdamW past 1 only diverges."""
+MAX_WEIGHT_DECAY = 10.0
+"""The largest weight decay a config may set (``finetune``, ``pretrain``)."""
 """The call styles by name (`toolformer.tools.calls.STYLES`; tests/test_layout.py keeps them equal)."""
 
 
@@ -308,8 +312,10 @@ class FinetuneConfig:
     def validate(self) -> None:
         check_training_choices(self.schedule, self.dtype, self.save_dtype)
         above(self, 0.0, "learning_rate")
+        between(self, 0.0, MAX_LEARNING_RATE, "learning_rate")
         between(self, 0.0, 1.0, "warmup_ratio")
-        at_least(self, 0.0, "weight_decay", "grad_clip")
+        between(self, 0.0, MAX_WEIGHT_DECAY, "weight_decay")
+        at_least(self, 0.0, "grad_clip")
         at_least(self, 1, "batch_size", "micro_batch_size", "max_steps", "max_length", "keep_checkpoints",
                  "log_every")
         at_least(self, 0, "eval_every", "save_every")

@@ -7,6 +7,8 @@ A config file with a ``published`` section is this world's (``toolformer demo`` 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -130,6 +132,45 @@ class PublishedWorldConfig(WorldSettings):
 
     def base_model_dir(self) -> Path:
         return Path(self.pretrain.output_dir or Path(self.run_dir) / "base")
+
+    def output_folders(self, which: tuple[str, ...] = ("world", "base")) -> list[tuple[str, Path]]:
+        """(config key, folder) of the world's folder and the base model's (``which``) that lie outside the run
+        folder (one inside it is held with it), each once."""
+        run = Path(self.run_dir).resolve()
+        folders = {"world": ("published.output_dir", self.world_dir()),
+                   "base": ("pretrain.output_dir", self.base_model_dir())}
+        out: list[tuple[str, Path]] = []
+        for key, folder in (folders[w] for w in which):
+            real = folder.resolve()
+            if real != run and run not in real.parents and all(real != p.resolve() for _, p in out):
+                out.append((key, folder))
+        return out
+
+
+def check_outputs(cfg: PublishedWorldConfig, which: tuple[str, ...] = ("world", "base")) -> None:
+    """Before anything is written: each output folder of ``which`` outside the run folder is toolformer's (marked),
+    new or empty, and no symlink (which would write the world or the base model elsewhere); else a
+    RunFolderError (exit 2) naming the key. Touches nothing."""
+    from toolformer.rundir.guard import RunFolderError, check_owned
+
+    for key, folder in cfg.output_folders(which):
+        if folder.is_symlink():
+            raise RunFolderError(f"{key}: {folder} is a symlink (to {folder.resolve()}); toolformer writes only into "
+                                 f"the folder itself: set {key} to the folder meant")
+        check_owned(folder, key)
+
+
+@contextmanager
+def holding(cfg: PublishedWorldConfig, which: tuple[str, ...] = ("world", "base")) -> Iterator[None]:
+    """Hold (:func:`toolformer.rundir.guard.claim`: checked, marked, locked) the output folders of ``which`` that
+    lie outside the run folder for the duration of the block; a second command on one of them is refused."""
+    from toolformer.rundir.guard import claim
+
+    check_outputs(cfg, which)
+    with ExitStack() as held:
+        for key, folder in cfg.output_folders(which):
+            held.enter_context(claim(folder, key))
+        yield
 
 
 def is_published_config(path: str | Path | None) -> bool:

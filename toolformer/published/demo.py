@@ -18,7 +18,7 @@ from pathlib import Path
 from toolformer.config.evaluation import ExtraModel, TaskConfig
 from toolformer.config.schema import PipelineConfig
 from toolformer.pipeline import save_resolved_config
-from toolformer.published.config import PublishedWorldConfig, dump_published
+from toolformer.published.config import PublishedWorldConfig, dump_published, holding
 from toolformer.rundir.folder import StageFolder
 from toolformer.worlds.demo import Timer, eval_rows, finish_run, kept_calls, kept_in, start_run, tune_control
 from toolformer.worlds.demo import table as rows_table
@@ -118,9 +118,13 @@ def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
 
     timed = Timer()
     start_run(cfg.run_dir, "published.yaml", dump_published(cfg))
-    root = timed("world", lambda: build_world(cfg, force=force))
-    base = (Path(cfg.pipeline.model.path) if cfg.pipeline.model.path
-            else timed("pretrain", lambda: pretrain_base_model(cfg, force=force)))
+    with holding(cfg, ("world",)):  # each output folder outside the run folder: locked while it is written
+        root = timed("world", lambda: build_world(cfg, force=force))
+    if cfg.pipeline.model.path:
+        base = Path(cfg.pipeline.model.path)
+    else:
+        with holding(cfg, ("base",)):
+            base = timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
     p = world_pipeline(cfg, root, base)
     save_resolved_config(p)
     for stage in ("sample", "execute", "filter", "chain"):

@@ -7,9 +7,13 @@
    is kept. No call syntax is in that text.
 
 The folder gets ``pipeline_config.yaml`` (the config) and, last, ``pretrain.json``: the key (the sha256 of the
-texts it read and the settings), parameters, steps, wall time and the sha256 of the weights. The repository
-ships the model ``configs/published.yaml`` makes (``data/published-base``): when its record has this config's key
-and steps and its weights hash matches, it is copied instead of trained; ``--force`` trains anyway.
+texts it read and the settings), parameters, steps, wall time and the sha256 of the weights (and of its config and
+tokenizer). The repository ships the model ``configs/published.yaml`` makes (``data/published-base``): when its
+record has this config's key and steps and its weights hash matches, it is copied (or, being the output folder,
+used) instead of trained; ``--force`` trains anyway. A record is checked before the model is used: its format,
+key and steps, the sha256 of its files; a damaged one is exit 2 naming it. Training removes the record first
+(it comes back last), so a folder without one holds an unfinished training: a rerun, forced or not, resumes from
+its last checkpoint, while ``--force`` on a finished model trains from step 0.
 """
 
 from __future__ import annotations
@@ -17,7 +21,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -28,11 +31,15 @@ from toolformer.published.world import build_world
 from toolformer.rundir.files import atomic_write_text, read_jsonl
 from toolformer.rundir.folder import FORMAT, versions
 from toolformer.smallworld.pretrain import (
+    CHECKED_FILES,
     MANIFEST,
     WORLD_TOOLS,
+    begin_training,
     build_model,
     check_tokenizer,
+    check_weights,
     pack_with_bos,
+    read_record,
     sha256_file,
     start_model,
     use_shipped,
@@ -93,8 +100,7 @@ def _train(cfg: PublishedWorldConfig, root: Path, out: Path, key: str, force: bo
                      batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
                      eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
                      seed=cfg.seed, log_every=10)
-    if force and (out / "checkpoints").exists():
-        shutil.rmtree(out / "checkpoints")
+    begin_training(out, force)
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key)
     return result, params, len(tokenizer)
 
@@ -103,14 +109,33 @@ def refuse_other_shipped(cfg: PublishedWorldConfig, key: str) -> None:
     """A shipped base model trained on other texts or settings is not silently replaced by an hour of training:
     a ValueError (exit 2) says so; ``--force`` trains one here."""
     record_path = Path(cfg.pretrain.shipped) / MANIFEST
-    if not cfg.pretrain.shipped or not record_path.is_file():
+    if not cfg.pretrain.shipped or not record_path.exists():
         return
-    record = json.loads(record_path.read_text())
+    record = read_record(record_path, "restore the shipped base model (git checkout it), or set pretrain.shipped='' "
+                         "to train here")
     if record.get("key") != key or record.get("steps") != cfg.pretrain.max_steps:
         raise ValueError(f"pretrain: the shipped base model {record_path.parent} was trained on other texts or "
                          f"settings (key {str(record.get('key'))[:12]}, {record.get('steps')} steps; this config: "
                          f"{key[:12]}, {cfg.pretrain.max_steps} steps): pass --force to train one here (about "
                          f"{record.get('wall_seconds', 0) / 60:.0f} min on 2 cores), or set pretrain.shipped=''")
+
+
+def is_complete(cfg: PublishedWorldConfig, out: Path, key: str) -> bool:
+    """Whether ``out`` (which has a record) holds the finished base model of this config: its record is of this
+    format, key and steps, and its weights are those recorded. A record of another key or steps is refused
+    (exit 2) rather than trained over, as is a damaged record or a replaced file; ``--force`` trains here."""
+    manifest = out / MANIFEST
+    again = ("rerun `toolformer published pretrain --force` (with this config) to train it here, or set "
+             "pretrain.output_dir elsewhere")
+    done = read_record(manifest, again)
+    if done.get("key") != key or done.get("steps") != cfg.pretrain.max_steps:
+        raise ValueError(f"pretrain.output_dir: {out} holds a base model trained on other texts or settings (key "
+                         f"{str(done.get('key'))[:12]}, {done.get('steps')} steps; this config: {key[:12]}, "
+                         f"{cfg.pretrain.max_steps} steps); pass --force to replace it, or set pretrain.output_dir "
+                         "elsewhere")
+    check_weights(out, done, manifest, again)
+    print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
+    return True
 
 
 def pretrain_base_model(cfg: PublishedWorldConfig, force: bool = False) -> Path:
@@ -120,15 +145,8 @@ def pretrain_base_model(cfg: PublishedWorldConfig, force: bool = False) -> Path:
     pc = cfg.pretrain
     out = cfg.base_model_dir()
     key = pretrain_key(cfg, root)
-    manifest = out / MANIFEST
-    if not force and manifest.exists():
-        done = json.loads(manifest.read_text())
-        if done.get("key") == key and done.get("steps") == pc.max_steps:
-            print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
-            return out
-        raise ValueError(f"pretrain.output_dir: {out} holds a base model trained on other texts or settings (key "
-                         f"{str(done.get('key'))[:12]}, {done.get('steps')} steps; this config: {key[:12]}, "
-                         f"{pc.max_steps} steps); pass --force to replace it, or set pretrain.output_dir elsewhere")
+    if not force and (out / MANIFEST).exists() and is_complete(cfg, out, key):
+        return out
     if not force:
         refuse_other_shipped(cfg, key)
         if use_shipped(cfg, key, out):  # type: ignore[arg-type]  # reads cfg.pretrain only
@@ -142,13 +160,14 @@ def pretrain_base_model(cfg: PublishedWorldConfig, force: bool = False) -> Path:
                       + dump_published(cfg))
     record = {"format": FORMAT, "key": key, "seed": cfg.seed, "world": str(root), "parameters": params,
               "arch": pc.arch, "model_sha256": sha256_file(out / "model.safetensors"),
+              "files": {name: sha256_file(out / name) for name in CHECKED_FILES},
               "read": {name: sha256_file(root / name) for name in ("pretrain.jsonl", "corpus.jsonl")},
-              "published_files": json.loads((root / "world.json").read_text())["files"],
+              "published_files": json.loads((root / "world.json").read_text()).get("files"),
               "vocab_size": vocab, "steps": result["steps"], "seq_len": pc.seq_len, "batch_size": pc.batch_size,
               "settings": {k: v for k, v in vars(pc).items() if k not in ("output_dir", "shipped")},
               "train": result, "wall_seconds": wall, "versions": versions(),
               "command": "toolformer published pretrain --config pipeline_config.yaml (this folder's)"}
-    atomic_write_text(manifest, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
+    atomic_write_text(out / MANIFEST, json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     print(f"pretrain: {params:,} parameters, {result['steps']:,} steps of {pc.batch_size}x{pc.seq_len} tokens in "
           f"{result['wall_seconds']:.0f} s ({result['tokens_per_second']:,.0f} tokens/s), best dev perplexity "
           f"{result['best_dev_perplexity']}; model in {out}")

@@ -41,7 +41,7 @@ from toolformer.published.readers import (
     render,
 )
 from toolformer.published.sources import RELATIONS, check_data
-from toolformer.rundir.files import atomic_write_text, dumps
+from toolformer.rundir.files import IntegrityError, atomic_write_text, dumps, read_json
 
 SUMMARY = "world.json"
 CORPUS_ID = "a-"
@@ -212,8 +212,11 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
     root = cfg.world_dir()
     key = world_key(cfg)
     summary_path = root / SUMMARY
-    if not force and summary_path.is_file():
-        done = json.loads(summary_path.read_text())
+    rebuild = "rerun `toolformer published build --force` (with this run's --config and overrides) to write it again"
+    if summary_path.is_symlink() or (summary_path.exists() and not summary_path.is_file()):
+        raise IntegrityError(f"{summary_path}: not a file, so not the world's record: remove it, then {rebuild}")
+    if not force and summary_path.exists():
+        done = read_json(summary_path, rebuild)
         if done.get("key") == key:
             if not quiet:
                 print(f"world: already written ({summary_path}), kept; --force writes it again")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from toolformer.config.load import above, at_least, between
-from toolformer.config.schema import PipelineConfig
+from toolformer.config.schema import MAX_LEARNING_RATE, MAX_WEIGHT_DECAY, PipelineConfig
 from toolformer.worlds.config import WorldSettings, dump_world, load_world
 
 
@@ -214,8 +214,9 @@ class PretrainConfig:
         at_least(self, 2, "seq_len")
         at_least(self, 0, "dev_docs", "threads", "probe_items")
         above(self, 0.0, "learning_rate")
+        between(self, 0.0, MAX_LEARNING_RATE, "learning_rate")
         between(self, 0.0, 1.0, "warmup_ratio")
-        at_least(self, 0.0, "weight_decay")
+        between(self, 0.0, MAX_WEIGHT_DECAY, "weight_decay")
         if self.hidden % self.heads:
             raise ValueError(f"hidden: {self.hidden} is not a multiple of heads ({self.heads})")
         if self.packing not in ("stream", "whole"):

@@ -19,8 +19,9 @@
 
 The folder gets ``pipeline_config.yaml`` (the resolved config) and, last,
 ``pretrain.json``: config key, parameters, steps, wall time, probe numbers and
-the sha256 of the weights. A rerun with the same config returns at once; ``force``
-retrains; a changed ``max_steps`` continues from the last checkpoint.
+the sha256 of the weights (checked, with the record, before the model is used). A rerun with the same config
+returns at once; ``force`` retrains; a changed ``max_steps`` continues from the last checkpoint. Training removes
+the record first, so a folder without one holds an unfinished training: a rerun, forced or not, resumes it.
 
 Pre-training takes longer than the rest of the demo, so the repository ships
 the base model ``configs/demo.yaml`` makes (``data/world-base``, 5.3 MB, and the
@@ -41,7 +42,7 @@ from typing import Any
 
 from toolformer.config.load import config_hash
 from toolformer.lm.modeling import set_threads
-from toolformer.rundir.files import atomic_write_text, read_jsonl
+from toolformer.rundir.files import IntegrityError, atomic_write_text, read_json, read_jsonl
 from toolformer.rundir.folder import FORMAT, check_format, fmt_pct, versions
 from toolformer.smallworld.config import SmallWorldConfig, dump_smallworld
 from toolformer.smallworld.generator import base_model_dir, ensure_world, world_paths
@@ -49,6 +50,8 @@ from toolformer.smallworld.probe import call_items, call_probe, copy_probe, prob
 from toolformer.tools.calls import get_style, insert_calls
 
 MANIFEST = "pretrain.json"
+CHECKED_FILES = ("config.json", "tokenizer.json")
+"""Besides the weights, the files of a base model whose sha256 its record lists (``files``) and that are checked."""
 WORLD_TOOLS = ("Calculator", "Calendar", "WikiSearch", "QA")  # the tools whose calls the world's texts contain
 # Pieces that must be single tokens (docs/design.md): markers and tool names.
 REQUIRED_TOKENS = ("[", " [", "]", "(", ")", " →", *WORLD_TOOLS)
@@ -204,6 +207,49 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def read_record(path: Path, remedy: str) -> dict:
+    """A base model's record (``pretrain.json``, which exists): a JSON object of this :data:`FORMAT`, else a
+    ValueError (exit 2) naming the file and what to do (``remedy``)."""
+    if not path.is_file():
+        raise IntegrityError(f"{path}: not a file, so not a base model's record: {remedy}")
+    record = read_json(path, remedy)
+    check_format(record, path, remedy)
+    return record
+
+
+def check_weights(folder: Path, record: dict, record_path: Path, remedy: str) -> str:
+    """The weights in ``folder`` (and its config and tokenizer, where the record lists them) are those its record
+    lists, else a ValueError (exit 2) naming the file that differs; returns the weights' sha256."""
+    files = record.get("files")
+    listed: dict = files if isinstance(files, dict) else {}
+    wanted = {"model.safetensors": record.get("model_sha256"),
+              **{name: listed[name] for name in CHECKED_FILES if name in listed}}
+    digests = {}
+    for name, want in wanted.items():
+        path = folder / name
+        if not path.is_file():
+            raise IntegrityError(f"{path}: missing, though {record_path} records a finished model: {remedy}")
+        digests[name] = sha256_file(path)
+        if digests[name] != want:
+            raise IntegrityError(f"{path}: sha256 {digests[name][:12]}… is not the {str(want)[:12]}… recorded in "
+                                 f"{record_path} (the file was replaced after training): {remedy}")
+    return digests["model.safetensors"]
+
+
+def begin_training(out: Path, force: bool) -> None:
+    """Before a model is trained into ``out``: its record goes first (written last, it marks a finished model, and
+    this one is about to be replaced in place). With ``force``, the checkpoints of the finished model go too (it
+    trains again from step 0); an interrupted training's (no record) are kept and resumed from, forced or not
+    (:func:`toolformer.lm.training.train_causal_lm` drops those of another key)."""
+    record = out / MANIFEST
+    if record.is_symlink() or (record.exists() and not record.is_file()):
+        raise IntegrityError(f"{record}: not a file, so not a base model's record: remove it, then rerun")
+    if record.exists():
+        if force and (out / "checkpoints").exists():
+            shutil.rmtree(out / "checkpoints")
+        record.unlink()
+
+
 def use_shipped(cfg: SmallWorldConfig, key: str, out: Path) -> bool:
     """Copy the shipped base model into ``out`` when it was trained with this
     config (same key: its texts, settings and format; same steps), and its
@@ -212,19 +258,15 @@ def use_shipped(cfg: SmallWorldConfig, key: str, out: Path) -> bool:
     record_path = src / MANIFEST
     if not cfg.pretrain.shipped or not record_path.exists():
         return False
-    record = json.loads(record_path.read_text())
-    check_format(record, record_path, "rewrite its record with this version's `toolformer world pretrain`, or set "
-                 "pretrain.shipped='' to train here")
+    record = read_record(record_path, "restore the shipped base model (git checkout it), or set pretrain.shipped='' "
+                         "to train here")
     if record.get("key") != key or record.get("steps") != cfg.pretrain.max_steps:
         print(f"pretrain: the shipped base model {src} was trained with another config "
               f"(key {str(record.get('key'))[:12]}, {record.get('steps')} steps; this config: {key[:12]}, "
               f"{cfg.pretrain.max_steps} steps): training instead")
         return False
-    digest = sha256_file(src / "model.safetensors")
-    if digest != record.get("model_sha256"):
-        raise ValueError(f"{src / 'model.safetensors'}: sha256 {digest} is not the {record.get('model_sha256')} "
-                         f"recorded in {record_path}; restore the file (git checkout {src}) or set "
-                         "pretrain.shipped='' to train the base model")
+    digest = check_weights(src, record, record_path, f"restore the file (git checkout {src}) or set "
+                           "pretrain.shipped='' to train the base model")
     if out.resolve() != src.resolve():
         out.mkdir(parents=True, exist_ok=True)
         for f in sorted(src.iterdir(), key=lambda f: f.name == MANIFEST):  # the record last: it marks completion
@@ -276,7 +318,8 @@ def _record(cfg: SmallWorldConfig, key: str, out: Path, paths: dict[str, Path], 
     pc = cfg.pretrain
     weights = sha256_file(out / "model.safetensors")
     return {"format": FORMAT, "key": key, "seed": cfg.seed, "world": str(paths["summary"].parent), "parameters": params,
-            "arch": pc.arch, "model_sha256": weights, "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
+            "arch": pc.arch, "model_sha256": weights, "files": {n: sha256_file(out / n) for n in CHECKED_FILES},
+            "pretrain_corpus_sha256": sha256_file(paths["pretrain"]),
             "vocab_size": vocab_size, "steps": result["steps"], "seq_len": pc.seq_len,
             "batch_size": pc.batch_size, "train": result, "wall_seconds": wall,
             "init_from": ({"path": pc.init_from,
@@ -294,9 +337,10 @@ def pretrain_base_model(cfg: SmallWorldConfig, force: bool = False) -> Path:
     key = pretrain_key(cfg)
     manifest = out / MANIFEST
     if not force and manifest.exists():
-        done = json.loads(manifest.read_text())
-        check_format(done, manifest, "rerun with --force to train it again")
+        again = "rerun with --force to train it again"
+        done = read_record(manifest, again)
         if done.get("key") == key and done.get("steps") == pc.max_steps:
+            check_weights(out, done, manifest, again)
             print(f"pretrain: already complete ({manifest}), skipped; --force retrains")
             return out
     if not force and use_shipped(cfg, key, out):
@@ -326,8 +370,7 @@ def pretrain_base_model(cfg: SmallWorldConfig, force: bool = False) -> Path:
                      batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
                      eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
                      seed=cfg.seed, log_every=10)
-    if force and (out / "checkpoints").exists():
-        shutil.rmtree(out / "checkpoints")
+    begin_training(out, force)
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key,
                              on_step=_probe_during_training(model, tokenizer, paths, pc, cfg.seed,
                                                             cfg.world.corpus_docs))
