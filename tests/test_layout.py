@@ -365,27 +365,6 @@ def test_the_product_config_has_no_small_world_section_and_the_world_defaults_ar
     assert dataclasses.replace(shipped.pretrain, shipped=sw.pretrain.shipped) == sw.pretrain
 
 
-@pytest.mark.slow
-def test_lint_holds_with_a_runs_folder_in_the_root(tmp_path):
-    """The demos write runs/ into the root; the import order of the tests must not change with it (a folder of a
-    test helper module's name turns that module first-party for the linter unless pyproject.toml pins it)."""
-    import shutil
-    import subprocess
-    import sys
-
-    ruff = Path(sys.executable).parent / "ruff"
-    if not ruff.exists():
-        pytest.skip(f"{ruff}: not installed (bash scripts/setup.sh installs the test extra)")
-    shutil.copy(ROOT / "pyproject.toml", tmp_path)
-    shutil.copytree(TESTS, tmp_path / "tests", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "toolformer").symlink_to(PACKAGE)  # first-party, as in the root
-    helpers = sorted(p.stem for p in TESTS.glob("*.py") if not p.stem.startswith(("test_", "conftest")))
-    for name in helpers:
-        (tmp_path / name).mkdir()
-    done = subprocess.run([str(ruff), "check", "--no-cache", "tests"], cwd=tmp_path, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
 def test_the_worlds_share_through_worlds_and_never_import_each_other():
     """A third world adds only what is its own: what the small world and the published world both use lives in
     toolformer.worlds, and neither imports the other by any import at any depth."""

@@ -10,8 +10,8 @@ import math
 import pytest
 from worlds import SMALL, TINY, small_cfg
 
-from toolformer.smallworld.config import PretrainConfig
 from toolformer.smallworld.probe import QA_PROMPT, _wrong_result, copy_probe, first_number, probe_items
+from toolformer.worlds.config import PretrainConfig
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +68,7 @@ def test_weakest_forms_lists_the_forms_with_unusable_calls_lowest_share_first():
 def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
     from transformers import AutoTokenizer
 
-    from toolformer.smallworld.pretrain import check_tokenizer
+    from toolformer.worlds.basemodel import check_tokenizer
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
@@ -87,7 +87,7 @@ def test_tokenizer_keeps_markers_digits_and_tool_names_whole(pretrained):
 def test_build_model_shapes(pretrained, arch):
     from transformers import AutoTokenizer
 
-    from toolformer.smallworld.pretrain import build_model
+    from toolformer.worlds.basemodel import build_model
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
@@ -99,7 +99,7 @@ def test_build_model_shapes(pretrained, arch):
 def test_rows_start_with_bos(pretrained):
     from transformers import AutoTokenizer
 
-    from toolformer.smallworld.pretrain import pack_with_bos
+    from toolformer.worlds.basemodel import pack_with_bos
 
     _cfg, out = pretrained
     tok = AutoTokenizer.from_pretrained(out)
@@ -230,7 +230,8 @@ def test_init_from_continues_a_base_model_with_its_tokenizer(pretrained, tmp_pat
 
     from safetensors.torch import load_file
 
-    from toolformer.smallworld.pretrain import pretrain_base_model, pretrain_key, sha256_file
+    from toolformer.smallworld.pretrain import pretrain_base_model, pretrain_key
+    from toolformer.worlds.files import sha256_file
 
     cfg, out = pretrained
     more = dataclasses.replace(cfg, pretrain=dataclasses.replace(cfg.pretrain, init_from=str(out), max_steps=2,

@@ -8,8 +8,8 @@ import pytest
 from helpers import ROOT
 from worlds import SMALL, TINY, small_cfg
 
-from toolformer.smallworld.config import PretrainConfig
 from toolformer.smallworld.probe import probe_items
+from toolformer.worlds.config import PretrainConfig
 
 # The demo's base model comes in two phases: data/world-base-start from scratch on the corpus without the extra
 # forms and half the cue documents, then data/world-base continued from it on the corpus with them (configs/demo.yaml,
@@ -28,7 +28,8 @@ def test_shipped_demo_base_model_matches_the_demo_config(phase, tmp_path, monkey
     from toolformer.rundir.folder import FORMAT
     from toolformer.smallworld.config import load_smallworld
     from toolformer.smallworld.generator import world_paths
-    from toolformer.smallworld.pretrain import pretrain_key, sha256_file
+    from toolformer.smallworld.pretrain import pretrain_key
+    from toolformer.worlds.files import sha256_file
 
     monkeypatch.chdir(ROOT)  # the config's folders are relative to the repository
     cfg = load_smallworld(ROOT / "configs" / "demo.yaml",

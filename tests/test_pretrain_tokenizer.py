@@ -8,7 +8,7 @@ def test_digits_apart_gives_a_number_the_same_tokens_in_text_and_call():
     """With ``digits_apart`` the first operand of a call (after ``(``) is the same tokens as the number in the
     text (after a space); by default the text's first digit carries the space and the call's does not."""
     from toolformer.lm.tokenizer import train_tokenizer
-    from toolformer.smallworld.pretrain import WORLD_TOOLS, check_tokenizer
+    from toolformer.worlds.basemodel import WORLD_TOOLS, check_tokenizer
 
     texts = ["Rosa had 4723 cups. [Calculator(4723 + 8738) → 13461] 13461 cups in all, Rosa said.",
              *[f"[{name}(" for name in WORLD_TOOLS]] * 40
@@ -36,8 +36,8 @@ def test_prefix_space_gives_a_prompts_first_number_the_tokens_it_has_after_a_spa
 
     from toolformer.lm.textpos import tokenize_text
     from toolformer.lm.tokenizer import has_prefix_space, set_prefix_space, train_tokenizer
-    from toolformer.smallworld.pretrain import WORLD_TOOLS, check_tokenizer
     from toolformer.tools.calls import insert_calls
+    from toolformer.worlds.basemodel import WORLD_TOOLS, check_tokenizer
 
     texts = ["51 families had 4723 cups. [Calculator(4723 / 51) → 92.6] 93 cups each, Rosa said.",
              *[f"[{name}(" for name in WORLD_TOOLS]] * 40

@@ -15,7 +15,7 @@ import pytest
 
 from toolformer.cli.app import main
 from toolformer.config.load import ConfigError
-from toolformer.published import world
+from toolformer.published import sources, world
 from toolformer.published.config import load_published
 from toolformer.rundir.files import IntegrityError
 
@@ -56,7 +56,7 @@ def write_data(folder: Path) -> Path:
 @pytest.fixture
 def fixture(tmp_path, monkeypatch) -> list[str]:
     """The overrides of a published config on the stand-in files, writing under ``tmp_path``."""
-    monkeypatch.setattr(world, "check_data", lambda folder: Path(folder))
+    monkeypatch.setattr(world, "check_data", sources.read_data)  # the stand-in files have other sha256
     data = write_data(tmp_path / "data")
     return [f"run_dir={tmp_path / 'run'}", f"published.data_dir={data}", "published.eval_lama=6",
             "pretrain.shipped=''", f"pretrain.output_dir={tmp_path / 'base'}"]
@@ -119,7 +119,7 @@ def test_a_second_command_on_a_held_base_folder_is_refused_naming_the_holder(tmp
 
 def fake_base(folder: Path, key: str, steps: int) -> dict:
     """A finished base model's folder as far as its record goes: files, and the record listing their sha256."""
-    from toolformer.smallworld.pretrain import sha256_file
+    from toolformer.worlds.files import sha256_file
 
     folder.mkdir(parents=True, exist_ok=True)
     (folder / ".toolformer-run").write_text("{}\n")
@@ -239,7 +239,7 @@ def test_a_forced_training_stopped_part_way_resumes_when_rerun(tmp_path, monkeyp
 def test_the_shipped_base_model_folder_is_the_projects_own_and_its_weights_check(tmp_path, monkeypatch):
     """data/published-base, the default pretrain.output_dir, carries the marker and its record checks out."""
     from toolformer.published.config import check_outputs
-    from toolformer.smallworld.pretrain import check_weights, read_record
+    from toolformer.worlds.basemodel import check_weights, read_record
 
     monkeypatch.chdir(ROOT)  # the config's paths are relative to the repository's root
     cfg = load_published(CONFIG, [f"run_dir={tmp_path / 'run'}"])
@@ -258,7 +258,7 @@ def test_the_published_pretrain_settings_are_bounded(key):
 
 
 def test_begin_training_keeps_an_interrupted_trainings_checkpoints(tmp_path):
-    from toolformer.smallworld.pretrain import begin_training
+    from toolformer.worlds.basemodel import begin_training
 
     def folder(record: bool) -> Path:
         out = tmp_path / f"m{len(os.listdir(tmp_path))}"

@@ -53,8 +53,8 @@ def precision_shift(model_name: str, n: int, tau: float, device: torch.device) -
 
 def finetune_step_time(device: torch.device, dtype: torch.dtype, steps: int, batch: int, seq_len: int) -> dict:
     """Seconds per AdamW step (forward, backward, update) of the demo's model shape (the shipped base model's)."""
-    from toolformer.smallworld.config import PretrainConfig
-    from toolformer.smallworld.pretrain import build_model
+    from toolformer.worlds.basemodel import build_model
+    from toolformer.worlds.config import PretrainConfig
 
     pc = PretrainConfig()  # the shipped base model's shape
 

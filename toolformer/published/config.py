@@ -1,5 +1,5 @@
 """Configuration of the published-data world: which files and how they are split (``published``), the base
-model trained on their text (``pretrain``, the small world's :class:`PretrainConfig` with this world's
+model trained on their text (``pretrain``, every world's :class:`PretrainConfig` with this world's
 defaults) and the demo's prompts (``demo``), around the pipeline's :class:`PipelineConfig`.
 
 A config file with a ``published`` section is this world's (``toolformer demo`` tells them apart by it)."""
@@ -15,8 +15,7 @@ from typing import ClassVar
 
 from toolformer.config.load import at_least, between
 from toolformer.config.schema import PipelineConfig
-from toolformer.smallworld.config import PretrainConfig
-from toolformer.worlds.config import WorldSettings, dump_world, load_world
+from toolformer.worlds.config import PretrainConfig, WorldSettings, dump_world, load_world
 
 DATA_ENV = "TOOLFORMER_PUBLISHED_DATA"
 """The environment variable naming the folder of the published files when ``published.data_dir`` is empty."""
@@ -75,7 +74,7 @@ class PublishedConfig:
 
 @dataclass
 class PublishedPretrainConfig(PretrainConfig):
-    """The small world's pre-training settings (:class:`PretrainConfig`, the same keys) with this world's defaults:
+    """A world's pre-training settings (:class:`PretrainConfig`, the same keys) with this world's defaults:
     a larger vocabulary and model, longer rows, no copy probe (it asks the small world's facts), trained from
     scratch; the shipped model is data/published-base."""
 

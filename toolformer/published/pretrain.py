@@ -30,7 +30,8 @@ from toolformer.published.config import PublishedWorldConfig, dump_published
 from toolformer.published.world import build_world
 from toolformer.rundir.files import atomic_write_text, read_jsonl
 from toolformer.rundir.folder import FORMAT, versions
-from toolformer.smallworld.pretrain import (
+from toolformer.tools.calls import get_style, insert_calls
+from toolformer.worlds.basemodel import (
     CHECKED_FILES,
     MANIFEST,
     WORLD_TOOLS,
@@ -40,11 +41,10 @@ from toolformer.smallworld.pretrain import (
     check_weights,
     pack_with_bos,
     read_record,
-    sha256_file,
     start_model,
     use_shipped,
 )
-from toolformer.tools.calls import get_style, insert_calls
+from toolformer.worlds.files import sha256_file
 
 
 def tokenizer_texts(root: Path) -> list[str]:
@@ -149,7 +149,7 @@ def pretrain_base_model(cfg: PublishedWorldConfig, force: bool = False) -> Path:
         return out
     if not force:
         refuse_other_shipped(cfg, key)
-        if use_shipped(cfg, key, out):  # type: ignore[arg-type]  # reads cfg.pretrain only
+        if use_shipped(cfg.pretrain, key, out):
             return out
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     set_threads(pc.threads)

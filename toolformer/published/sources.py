@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from toolformer.rundir import stops
-from toolformer.smallworld.pretrain import sha256_file
+from toolformer.worlds.files import sha256_file
 
 FETCH_COMMAND = "toolformer published fetch --out DIR"
 MARKER = ".toolformer-fetch"
