@@ -57,3 +57,11 @@ def test_bench_under_two_kernels_and_two_thread_counts(tmp_path, capsys):
     assert "| filter / limit |" in (out / "spread.md").read_text()
     assert spread.main(args) == 0  # a rerun keeps the runs done
     assert "already done" in capsys.readouterr().out
+
+
+def test_copy_figures_from_the_lab_line(tmp_path):
+    (tmp_path / "stdout.txt").write_text("data/published-base: loss per token of a held-out sentence 4.30, the same "
+                                         "sentence said again 4.32\n")
+    assert spread.copy_figures(tmp_path) == {"copy_first": 4.30, "copy_again": 4.32}
+    figs = spread.summarise({"a": spread.copy_figures(tmp_path)}, "a")
+    assert "| 4.30 | 4.32 |" in spread.copy_table(figs)

@@ -9,6 +9,7 @@ machine's own kernel, the most threads) with the min–max over the grid:
 
     python scripts/spread.py demo                       # the small world's demo (configs/demo.yaml), 4+ runs
     python scripts/spread.py bench                      # scripts/bench.py --quick: its ratios
+    python scripts/spread.py copy --world runs/published/world   # a base model's copy probe (nats per token)
     python scripts/spread.py demo --threads 1 2 --jobs 2  # two 1-thread runs at once on 2 cores
 
 Each run has its own folder under ``--out`` (``<kernel>-t<threads>``) and resumes when rerun; ``spread.json``
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -53,6 +55,17 @@ def bench_command(out: Path, threads: int, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "toolformer.bench.speed", "--threads", str(threads), *(args or ["--quick"])]
 
 
+def copy_command(a: argparse.Namespace, threads: int) -> list[str]:
+    return [sys.executable, "-m", "toolformer.published.lab", "copy", a.model, "--world", a.world, *a.rest]
+
+
+def copy_figures(run: Path) -> dict[str, float | None]:
+    """``published.lab copy``'s line: the loss per token of a held-out sentence, and of the same said again."""
+    line = (run / "stdout.txt").read_text().strip().splitlines()[-1]
+    first, again = re.findall(r"\d+\.\d+", line.split(":", 1)[1])[:2]
+    return {"copy_first": float(first), "copy_again": float(again)}
+
+
 def demo_figures(run: Path) -> dict[str, float | None]:
     """The figures the README quotes from a demo's ``results.json``: each row's accuracy per set, perplexity
     and call rate, the kept calls and their precision against gold."""
@@ -77,7 +90,8 @@ def bench_figures(run: Path) -> dict[str, float | None]:
 
 
 JOBS = {"demo": (lambda a, out, t: demo_command(a.config, out, t, a.rest), demo_figures, "results.json"),
-        "bench": (lambda a, out, t: bench_command(out, t, a.rest), bench_figures, "stdout.txt")}
+        "bench": (lambda a, out, t: bench_command(out, t, a.rest), bench_figures, "stdout.txt"),
+        "copy": (lambda a, out, t: copy_command(a, t), copy_figures, "stdout.txt")}
 
 
 def run_one(job: str, a: argparse.Namespace, kernel: str, threads: int) -> tuple[str, float]:
@@ -89,7 +103,8 @@ def run_one(job: str, a: argparse.Namespace, kernel: str, threads: int) -> tuple
     if (out / done_file).is_file() and not a.force:
         print(f"spread: {name} already done ({out / done_file}), kept", flush=True)
         return name, 0.0
-    env = {**os.environ, "ATEN_CPU_CAPABILITY": kernel, "TOKENIZERS_PARALLELISM": "false"}
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": kernel, "TOKENIZERS_PARALLELISM": "false",
+           "OMP_NUM_THREADS": str(threads)}  # the thread count of a job that sets none itself
     t0 = time.perf_counter()
     print(f"spread: {name} started", flush=True)
     log = out.with_suffix(".log")
@@ -98,7 +113,7 @@ def run_one(job: str, a: argparse.Namespace, kernel: str, threads: int) -> tuple
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise RuntimeError(f"spread: {name} failed with exit {done.returncode}; its log: {log}")
-    if job == "bench":
+    if job != "demo":
         out.mkdir(exist_ok=True)
         (out / done_file).write_text(out.with_suffix(".out").read_text())
     print(f"spread: {name} done in {wall:.0f} s", flush=True)
@@ -153,10 +168,17 @@ def bench_table(figs: dict[str, dict]) -> str:
             f"| {cell(figs['sample_cache_speedup'], 1, 2)}× |")
 
 
+def copy_table(figs: dict[str, dict]) -> str:
+    return ("| a held-out sentence | said again |\n| --- | --- |\n"
+            f"| {cell(figs['copy_first'], 1, 2)} | {cell(figs['copy_again'], 1, 2)} |")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="spread", description=__doc__.split("\n\n")[0])
     p.add_argument("job", choices=sorted(JOBS))
     p.add_argument("--config", default="configs/demo.yaml", help="demo: the small-world config")
+    p.add_argument("--model", default="data/published-base", help="copy: the model folder")
+    p.add_argument("--world", default="runs/published/world", help="copy: the published world's folder")
     p.add_argument("--out", default="", help="folder of the runs (default runs/spread-<job>)")
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--kernels", nargs="+", default=[], choices=KERNELS, help="default: every kernel this CPU has")
@@ -191,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                "command": "python scripts/spread.py " + " ".join(args)}
     out = Path(a.out)
     (out / "spread.json").write_text(json.dumps(summary, indent=2) + "\n")
-    table = (demo_table if a.job == "demo" else bench_table)(summary["figures"])
+    table = {"demo": demo_table, "bench": bench_table, "copy": copy_table}[a.job](summary["figures"])
     (out / "spread.md").write_text(f"value: {reference}; (min–max) over {len(grid)} runs: kernels "
                                    f"{', '.join(kernels)} x threads {', '.join(map(str, a.threads))}\n\n"
                                    + table + "\n")
