@@ -1,6 +1,6 @@
 """Helpers shared by the test files: ``ROOT`` (the repository; the one place it
-is defined), JSONL, run-folder shards, the CLI in a subprocess, a build stage
-made by hand, kept filter records and a filter stage to build from.
+is defined), JSONL, run-folder shards, records compared with a float tolerance, the CLI in a subprocess, a
+build stage made by hand, kept filter records and a filter stage to build from.
 (``conftest.py`` puts this folder on ``sys.path``: ``from helpers import ...``.)"""
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,6 +28,22 @@ def write_jsonl(path: Path, rows) -> None:
 def read_jsonl(path: Path) -> list[dict]:
     """The objects of a JSONL file, blank lines skipped."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def approx_floats(value, rel: float = 1e-6, abs: float = 1e-5):
+    """``value`` (records, lists, dicts) with every float a ``pytest.approx``: ``got == approx_floats(want)``
+    holds where the two differ only in a float's last digits. Integers, booleans, strings and None stay exact.
+
+    For results that two computations reach in another order: another batch shape, thread count or CPU kernel
+    (AVX-512, AVX2, ``ATEN_CPU_CAPABILITY=default``) moves a loss in its 6th-7th digit. The default tolerance
+    is that of the filter's losses against the reference (1e-5)."""
+    if isinstance(value, float):
+        return pytest.approx(value, rel=rel, abs=abs)
+    if isinstance(value, dict):
+        return {k: approx_floats(v, rel, abs) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(approx_floats(v, rel, abs) for v in value)
+    return value
 
 
 def shard_lines(run_dir: str | Path, stage: str) -> list[str]:

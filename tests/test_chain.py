@@ -257,9 +257,10 @@ def test_build_inserts_the_calls_of_later_rounds(tmp_path):
 
 
 def test_chain_stage_resumes_and_does_nothing_with_one_round(tmp_path, capsys):
-    """An interrupted round resumes after its complete shards and writes the same records; with
-    chain.rounds 1 the stage writes only its manifest and build reads the filter alone."""
-    from helpers import shard_lines
+    """An interrupted round resumes after its complete shards and writes the same records (the losses to 1e-5: the
+    thread count may follow the machine's load); with chain.rounds 1 the stage writes only its manifest and build
+    reads the filter alone."""
+    from helpers import approx_floats
 
     from toolformer.stages import run_stage
 
@@ -267,7 +268,7 @@ def test_chain_stage_resumes_and_does_nothing_with_one_round(tmp_path, capsys):
     for stage in ("sample", "execute", "filter", "chain"):
         run_stage(stage, cfg)
     round_dir = tmp_path / "run" / "chain"
-    before = shard_lines(round_dir, "round-2")
+    before = shard_records(round_dir, "round-2")
     shards = sorted((round_dir / "round-2").glob("shard-*.jsonl"))
     assert len(shards) == 2  # 6 documents, 3 a shard
     for f in (shards[-1], round_dir / "round-2" / "manifest.json", round_dir / "manifest.json"):
@@ -275,7 +276,7 @@ def test_chain_stage_resumes_and_does_nothing_with_one_round(tmp_path, capsys):
     capsys.readouterr()
     run_stage("chain", cfg)
     assert "round 2: resuming after 1 complete shard(s)" in capsys.readouterr().out
-    assert shard_lines(round_dir, "round-2") == before
+    assert shard_records(round_dir, "round-2") == approx_floats(before)
     one = load_config(PipelineConfig, ROOT / "configs" / "demo.yaml", [f"run_dir={tmp_path / 'one'}",
                                                                      "chain.rounds=1"])
     manifest = run_stage("chain", one).manifest

@@ -58,7 +58,8 @@ def test_filter_losses_match_the_reference_batched_and_alone(family, share):
 
 def test_candidate_scorer_at_position_zero(family):
     """The filter stage's scorer: a Calendar call before the first token, L(ε) the reference's whatever else is
-    in the batch."""
+    in the batch. Alone and batched agree to 1e-5, not bit for bit: the batch's rows are padded to another
+    width, so the kernels sum in another order (AVX-512 and AVX2 differ there in the 7th digit)."""
     fam, tok, model = family
     cfg = PipelineConfig()
     docs = {k: {"text": t} for k, t in DOCS.items()}
@@ -71,9 +72,11 @@ def test_candidate_scorer_at_position_zero(family):
     batched = scorer.score([other, rec, other])[1]
     ids = tok.encode(DOCS["b"], add_special_tokens=False)
     ref = reference_loss(model, scorer.prefix(None), ids, 0)
-    assert alone["loss_none"] == batched["loss_none"] == pytest.approx(ref, abs=1e-5)
+    assert alone["loss_none"] == pytest.approx(batched["loss_none"], abs=1e-5)
+    assert alone["loss_none"] == pytest.approx(ref, abs=1e-5)
     ref_plus = reference_loss(model, scorer.prefix(alone["call_text"]), ids, 0)
-    assert alone["loss_plus"] == batched["loss_plus"] == pytest.approx(ref_plus, abs=1e-5)
+    assert alone["loss_plus"] == pytest.approx(batched["loss_plus"], abs=1e-5)
+    assert alone["loss_plus"] == pytest.approx(ref_plus, abs=1e-5)
 
 
 @pytest.mark.parametrize("style", ["plain", "special"])

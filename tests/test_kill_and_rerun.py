@@ -1,6 +1,9 @@
 """A stage killed with SIGKILL part way, then the same command again, ends with the records (and, for build and
 finetune, the weights) of an uninterrupted run; the same seed gives byte-identical records. A TOOLFORMER_FAULT
-that could never fire is refused before any work."""
+that could never fire is refused before any work.
+
+Bit for bit holds for the same config, seed and thread count on one machine (the same CPU kernels): every run here
+has one thread (``model.threads=1``), and a subprocess inherits ``ATEN_CPU_CAPABILITY``."""
 
 import json
 
@@ -16,7 +19,7 @@ def _overrides(model_dir, run_dir):
     return [f"run_dir={run_dir}", f"model.path={model_dir}", f"corpus.path={ROOT / 'data' / 'corpus.jsonl'}",
             f"tools.collection={ROOT / 'data' / 'collection.jsonl'}",
             f"tools.knowledge={ROOT / 'data' / 'knowledge.jsonl'}", "shard_size=4", "filter.tau_filter=0.0",
-            "stages=[sample, execute, filter]"]
+            "model.threads=1", "stages=[sample, execute, filter]"]
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +44,13 @@ def test_sigkill_then_rerun_equals_uninterrupted(stage, reference_run, tiny_mode
     assert "resuming after 2 complete shard(s)" in again.stdout
     for s in ("sample", "execute", "filter"):
         got, want = shard_lines(run_dir, s), shard_lines(reference_run, s)
-        assert got == want, s  # same records, same order: none lost, none duplicated
+        assert got == want, s  # same records, same order, bit for bit: none lost, none duplicated
         assert len(set(got)) == len(got) or s == "sample"
 
 
 @pytest.mark.slow
-def test_same_seed_gives_byte_identical_records(reference_run, tiny_model_dir, tmp_path):
+def test_same_seed_and_threads_give_byte_identical_records(reference_run, tiny_model_dir, tmp_path):
+    """The README's promise, under its conditions: the same config, seed and thread count, one machine."""
     cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", _overrides(tiny_model_dir, tmp_path / "again"))
     run_pipeline(cfg)
     for s in ("sample", "execute", "filter"):
@@ -60,9 +64,8 @@ def test_same_seed_gives_byte_identical_records(reference_run, tiny_model_dir, t
 @pytest.fixture(scope="module")
 def reference_tuned(tiny_model_dir, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("ref-ft") / "run"
-    # One thread in both processes: the rerun's weights are compared bit for bit with these.
-    ov = _overrides(tiny_model_dir, run_dir)[:-1] + ["stages=[sample, execute, filter, build, finetune]",
-                                                     "model.threads=1"]
+    # One thread in both processes (_overrides): the rerun's weights are compared bit for bit with these.
+    ov = _overrides(tiny_model_dir, run_dir)[:-1] + ["stages=[sample, execute, filter, build, finetune]"]
     cfg = load_config(PipelineConfig, ROOT / "configs" / "tiny.yaml", ov)
     run_pipeline(cfg)
     return run_dir, ov
@@ -71,6 +74,7 @@ def reference_tuned(tiny_model_dir, tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("stage", ["build", "finetune"])
 def test_sigkill_build_and_finetune_then_rerun(stage, reference_tuned, tmp_path):
+    """The rerun's augmented data and weights equal the uninterrupted run's bit for bit: one thread, one machine."""
     import torch
     from safetensors.torch import load_file
 

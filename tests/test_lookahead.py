@@ -107,8 +107,8 @@ def test_filter_drops_flags_or_ignores_calls_that_read_ahead(tiny_model_dir, tmp
     off, manifest, _ = by_mode["off"]
     assert all(r["kept"] and r["read_ahead"] == [] for r in off)
     assert manifest["counts"]["per_tool"]["Calculator"]["read_ahead"] == 0
-    # The losses do not depend on the mode.
-    assert [r["loss_plus"] for r in off] == [r["loss_plus"] for r in records]
+    # The losses do not depend on the mode (another run: to 1e-5, as a rerun of the filter).
+    assert [r["loss_plus"] for r in off] == pytest.approx([r["loss_plus"] for r in records], abs=1e-5)
 
     # inspect: the count, the mode and examples, and no warning about `kept` disagreeing with the margin.
     assert main(["inspect", str(tmp_path / "drop")]) == 0

@@ -1,6 +1,8 @@
 """The annotation stages split across the processes of a launch
 (toolformer.rundir.parallel): the records equal a one-process run, and a rank
-killed mid-stage resumes to the same records, with any number of processes."""
+killed mid-stage resumes to the same records, with any number of processes.
+Equal bit for bit, losses included: every process has one thread (the same float
+sums in the same order) on one machine (the same CPU kernels)."""
 
 import json
 import subprocess

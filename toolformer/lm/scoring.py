@@ -21,6 +21,14 @@ What is shared:
   vocabulary projection runs only on the positions that predict weighted
   tokens (the model body's last hidden states are gathered first), so no
   (rows × length × vocabulary) tensor is ever made.
+
+"The same" is to float rounding, not bit for bit: a loss depends on how its row
+is batched (its padding, the rows beside it, a shared row or prefix cache) and
+on the CPU kernel (AVX-512, AVX2, ``ATEN_CPU_CAPABILITY=default``) and thread
+count, which sum in other orders; a loss moves in its 6th-7th digit (the tests
+hold it to 1e-5 of the one-row reference, ``tests/reference.py``). The same
+requests in the same batches, on one machine with one thread count, give the
+same bits (the README's determinism).
 """
 
 from __future__ import annotations
