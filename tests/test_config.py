@@ -50,8 +50,10 @@ def test_every_field_documented():
 
     from toolformer.config import evaluation, schema, tools
     from toolformer.smallworld import config as world
+    from toolformer.worlds import config as worlds
 
-    classes = [n for m in (schema, evaluation, tools, world) for n in ast.parse(inspect.getsource(m)).body
+    classes = [n for m in (schema, evaluation, tools, world, worlds)
+               for n in ast.parse(inspect.getsource(m)).body
                if isinstance(n, ast.ClassDef)]
     sections = {n.name for n in classes}
     assert {"PipelineConfig", "ToolsConfig", "WorldConfig", "PretrainConfig"} <= sections
