@@ -116,6 +116,7 @@ def test_the_record_names_the_source_its_sha256_and_the_model(imported):
     record = json.loads((out / "import.json").read_text())
     assert record["source"] == {"path": str(path.resolve())}
     assert record["gguf"]["sha256"] == sha256_file(path) and record["gguf"]["architecture"] == "llama"
+    assert record["gguf"]["quantisation"] == "F32" and record["gguf"]["tensors"] == 20
     assert record["model"] | {"parameters": 0} == {"architecture": "llama", "class": "LlamaForCausalLM",
                                                    "dtype": "float32", "parameters": 0, "vocab_size": 264,
                                                    "layers": 2, "hidden": 8}
@@ -258,6 +259,7 @@ def test_the_pinned_smollm2_package_imports(tmp_path):
     """The real package: its pinned sha256, SmolLM2-135M's shape and tokens, and the GGUF's logits."""
     record, written = import_weights("smollm2", tmp_path / "smollm2")
     assert written and record["gguf"]["sha256"] == weights.PINS["smollm2"].sha256
+    assert record["gguf"]["quantisation"] == "Q4_1"
     assert record["model"]["parameters"] == 134_515_008 and record["model"]["vocab_size"] == 49_152
     assert (record["tokenizer"]["bos"], record["tokenizer"]["eos"]) == ("<|im_start|>", "<|im_end|>")
     assert record["check"]["max_abs_logit_diff"] <= 1e-4 and record["licence"]["name"] == "Apache-2.0"

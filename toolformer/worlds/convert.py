@@ -39,8 +39,9 @@ def supported_architectures() -> list[str]:
 
 
 def inspect_gguf(path: Path) -> dict:
-    """The GGUF's architecture, name, licence, quantisation (the most common tensor type) and size; a WeightsError
-    naming the file when it is not a whole GGUF (cut short, another format) or its architecture is unsupported."""
+    """The GGUF's architecture, name, licence, quantisation (llama.cpp's file type, else the tensor type holding
+    most bytes), bytes per tensor type and size; a WeightsError naming the file when it is not a whole GGUF (cut
+    short, another format) or its architecture is unsupported."""
     try:
         from gguf import GGUFReader
     except ImportError:
@@ -54,9 +55,11 @@ def inspect_gguf(path: Path) -> dict:
     try:
         reader = GGUFReader(str(path))
         end = max((int(t.data_offset) + int(t.n_bytes) for t in reader.tensors), default=0)
-        fields = {k: reader.fields[k].contents() for k in ("general.architecture", "general.name", "general.license")
-                  if k in reader.fields}
-        kinds = Counter(t.tensor_type.name for t in reader.tensors)
+        fields = {k: reader.fields[k].contents() for k in ("general.architecture", "general.name", "general.license",
+                                                           "general.file_type") if k in reader.fields}
+        kinds: Counter[str] = Counter()
+        for t in reader.tensors:
+            kinds[t.tensor_type.name] += int(t.n_bytes)
     except Exception as e:  # the reader's errors on a cut file: ValueError, IndexError (an array shorter than stated)
         raise WeightsError(f"{path}: not a whole GGUF file (cut short or damaged: {type(e).__name__}: {e})") from None
     if end > size or not kinds:
@@ -65,8 +68,20 @@ def inspect_gguf(path: Path) -> dict:
     if arch not in supported_architectures():
         raise WeightsError(f"{path}: architecture {arch!r} is not supported (a causal LM transformers reads from "
                            f"GGUF: {', '.join(supported_architectures())})")
+    quantisation = _file_type(fields.get("general.file_type")) or kinds.most_common(1)[0][0]
     return {"architecture": arch, "name": fields.get("general.name"), "license": fields.get("general.license"),
-            "quantisation": kinds.most_common(1)[0][0], "tensors": sum(kinds.values()), "bytes": size}
+            "quantisation": quantisation, "tensor_bytes": dict(kinds.most_common()), "tensors": len(reader.tensors),
+            "bytes": size}
+
+
+def _file_type(code) -> str | None:
+    """llama.cpp's name of a GGUF's ``general.file_type`` (15: ``Q4_K_M``), or None where it has none."""
+    from gguf import LlamaFileType
+
+    try:
+        return LlamaFileType(int(code)).name.removeprefix("MOSTLY_")
+    except (TypeError, ValueError):
+        return None
 
 
 def finished(out: Path) -> dict | None:

@@ -100,6 +100,7 @@ def _record(source: dict, file: str, sha: str, info: dict, pin: Pin | None, acce
                                         "accepted": None, "terms": ""})
     return {"format": 1, "source": source, "model_name": pin.model if pin else info.get("name"),
             "gguf": {"file": file, "sha256": sha, "bytes": info["bytes"], "architecture": info["architecture"],
-                     "quantisation": info["quantisation"], "tensors": info["tensors"]},
+                     "quantisation": info["quantisation"], "tensor_bytes": info["tensor_bytes"],
+                     "tensors": info["tensors"]},
             "licence": licence, "command": " ".join(["toolformer", *sys.argv[1:]])}
 
