@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
+from worlds import write_published_math
 
 from toolformer.published import sources, world
 from toolformer.published.config import DATA_ENV, load_published
@@ -50,17 +51,7 @@ def write_fixture(folder: Path, facts: int = 40) -> Path:
     (folder / "math/gsm8k/train.jsonl").write_text("\n".join(lines[:2] + ["{not json"] + lines[2:]) + "\n")
     (folder / "math/gsm8k/test.jsonl").write_text(json.dumps(
         {"question": "Cy has 5 cats and gets 4 more. How many cats?", "answer": "5+4 = <<5+4=9>>9\n#### 9"}) + "\n")
-    for name, n in (("trainset", 6), ("validset", 2), ("testset", 3)):
-        (folder / f"math/mawps/{name}.json").write_text(json.dumps(
-            [{"id": f"{name}{k}", "original_text": f"Dee had {k + 7} apples and ate {k + 1} . How many are left ?",
-              "ans": 6.0} for k in range(n)]))
-    problems = "".join(f'<Problem ID="nluds-{k:04d}"><Body>Eve has {k + 2} red and {k + 3} blue balls.</Body>'
-                       f"<Question>How many balls?</Question><Answer>{2 * k + 5} (balls)</Answer></Problem>"
-                       for k in range(10))
-    (folder / "math/ASDiv.xml").write_text(f"<Machine-Reading-Corpus-File><ProblemSet>{problems}</ProblemSet>"
-                                           "</Machine-Reading-Corpus-File>")
-    (folder / "lama/trex/relations.jsonl").write_text(json.dumps(
-        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
+    write_published_math(folder)
     towns = ["Paris", "Lyon", "Rome", "Oslo"]
     rows = [_fact(f"u{k}", "P19", f"Person Number{k}", towns[k % 4],
                   [f"Person Number{k} was born in [MASK] .", f"Person Number{k} (born in [MASK]) wrote books ."])

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
+from worlds import write_published_math
 
 from toolformer.cli.app import main
 from toolformer.config.load import ConfigError
@@ -33,17 +34,7 @@ def write_data(folder: Path) -> Path:
                  "answer": f"She keeps {k + 40}-{k} = <<{k + 40}-{k}=40>>40 pens.\n#### 40"} for k in range(12)]
     (folder / "math/gsm8k/train.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems[:10]))
     (folder / "math/gsm8k/test.jsonl").write_text("".join(json.dumps(p) + "\n" for p in problems[10:]))
-    for name, n in (("trainset", 6), ("validset", 2), ("testset", 3)):
-        (folder / f"math/mawps/{name}.json").write_text(json.dumps(
-            [{"id": f"{name}{k}", "original_text": f"Dee had {k + 7} apples and ate {k + 1} . How many are left ?",
-              "ans": 6.0} for k in range(n)]))
-    body = "".join(f'<Problem ID="nluds-{k:04d}"><Body>Eve has {k + 2} red and {k + 3} blue balls.</Body>'
-                   f"<Question>How many balls?</Question><Answer>{2 * k + 5} (balls)</Answer></Problem>"
-                   for k in range(10))
-    (folder / "math/ASDiv.xml").write_text(f"<Machine-Reading-Corpus-File><ProblemSet>{body}</ProblemSet>"
-                                           "</Machine-Reading-Corpus-File>")
-    (folder / "lama/trex/relations.jsonl").write_text(json.dumps(
-        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
+    write_published_math(folder)
     towns = ["Paris", "Lyon", "Rome", "Oslo"]
     facts = [{"uuid": f"u{k}", "predicate_id": "P19", "sub_label": f"Person Number{k}", "obj_label": towns[k % 4],
               "evidences": [{"masked_sentence": f"Person Number{k} was born in [MASK] ."},

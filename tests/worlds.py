@@ -31,3 +31,19 @@ def small_cfg(out: Path, **kw) -> SmallWorldConfig:
 def records(path: Path) -> list[dict]:
     """The objects of a world's JSON Lines file, every line one object (a blank line is an error)."""
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def write_published_math(folder: Path) -> None:
+    """Stand-ins in the published layout for MAWPS (train, valid and test sets), ASDiv and T-REx's
+    relations.jsonl (P19 only), under ``folder`` whose math/mawps and lama/trex folders exist."""
+    for name, n in (("trainset", 6), ("validset", 2), ("testset", 3)):
+        (folder / f"math/mawps/{name}.json").write_text(json.dumps(
+            [{"id": f"{name}{k}", "original_text": f"Dee had {k + 7} apples and ate {k + 1} . How many are left ?",
+              "ans": 6.0} for k in range(n)]))
+    problems = "".join(f'<Problem ID="nluds-{k:04d}"><Body>Eve has {k + 2} red and {k + 3} blue balls.</Body>'
+                       f"<Question>How many balls?</Question><Answer>{2 * k + 5} (balls)</Answer></Problem>"
+                       for k in range(10))
+    (folder / "math/ASDiv.xml").write_text(f"<Machine-Reading-Corpus-File><ProblemSet>{problems}</ProblemSet>"
+                                           "</Machine-Reading-Corpus-File>")
+    (folder / "lama/trex/relations.jsonl").write_text(json.dumps(
+        {"relation": "P19", "template": "[X] was born in [Y] .", "label": "place of birth"}) + "\n")
