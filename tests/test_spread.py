@@ -65,3 +65,18 @@ def test_copy_figures_from_the_lab_line(tmp_path):
     assert spread.copy_figures(tmp_path) == {"copy_first": 4.30, "copy_again": 4.32}
     figs = spread.summarise({"a": spread.copy_figures(tmp_path)}, "a")
     assert "| 4.30 | 4.32 |" in spread.copy_table(figs)
+
+
+def test_only_some_runs_of_the_grid_are_run_and_summarised(tmp_path, capsys):
+    out = tmp_path / "spread"
+    (out / "default-t1").mkdir(parents=True)
+    line = {"filter_over_limit": 0.9, "filter_over_naive": 5.0, "sample_cache_speedup": 1.4, "threads": 1}
+    (out / "default-t1" / "stdout.txt").write_text("limit ...\n" + json.dumps(line) + "\n")
+    args = ["bench", "--out", str(out), "--kernels", "default", "--threads", "1", "2"]
+    assert spread.main([*args, "--only", "default-t1"]) == 0  # done already: nothing is run
+    summary = json.loads((out / "spread.json").read_text())
+    assert list(summary["wall_seconds"]) == ["default-t1"] and summary["reference"] == "default-t1"
+    assert "| 0.90 | 5.0× | 1.40× |" in (out / "spread.md").read_text()
+    with pytest.raises(SystemExit) as e:
+        spread.main([*args, "--only", "default-t3"])
+    assert e.value.code == 2 and "not in the grid" in capsys.readouterr().err

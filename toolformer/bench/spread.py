@@ -183,6 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     p.add_argument("--kernels", nargs="+", default=[], choices=KERNELS, help="default: every kernel this CPU has")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (1-thread runs can share 2 cores)")
+    p.add_argument("--only", nargs="+", default=[], metavar="KERNEL-tN",
+                   help="only these runs of the grid (e.g. default-t1 avx2-t1 avx2-t2)")
     p.add_argument("--force", action="store_true", help="rerun the runs already done")
     p.add_argument("rest", nargs="*", help="demo: KEY=VALUE overrides; bench: its arguments (after --)")
     args = list(sys.argv[1:] if argv is None else argv)
@@ -197,6 +199,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"spread: kernels {', '.join(kernels)} (this CPU's own: {native}"
           + (f"; {', '.join(skipped)} not on this CPU" if skipped else "") + f"), threads {a.threads}", flush=True)
     grid = [(k, t) for t in a.threads for k in kernels]  # the fewest threads first: those runs can share cores
+    if a.only:
+        unknown = sorted(set(a.only) - {f"{k}-t{t}" for k, t in grid})
+        if unknown:
+            p.error(f"--only: {', '.join(unknown)} not in the grid (kernels {kernels}, threads {a.threads})")
+        grid = [(k, t) for k, t in grid if f"{k}-t{t}" in a.only]
     Path(a.out).mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(max(1, a.jobs)) as pool:
         try:
@@ -205,18 +212,17 @@ def main(argv: list[str] | None = None) -> int:
             print(e, file=sys.stderr)
             return 1
     figures = {f"{k}-t{t}": JOBS[a.job][1](Path(a.out) / f"{k}-t{t}") for k, t in grid}
-    reference = f"{native}-t{max(a.threads)}"
+    reference = f"{native}-t{max(t for _k, t in grid)}"
     if reference not in figures:
-        reference = f"{kernels[-1]}-t{max(a.threads)}"
+        reference = f"{grid[-1][0]}-t{grid[-1][1]}"
     summary = {"job": a.job, "config": a.config, "reference": reference, "kernels": kernels, "threads": a.threads,
                "native_kernel": native, "wall_seconds": walls, "figures": summarise(figures, reference),
                "command": "python scripts/spread.py " + " ".join(args)}
     out = Path(a.out)
     (out / "spread.json").write_text(json.dumps(summary, indent=2) + "\n")
     table = {"demo": demo_table, "bench": bench_table, "copy": copy_table}[a.job](summary["figures"])
-    (out / "spread.md").write_text(f"value: {reference}; (min–max) over {len(grid)} runs: kernels "
-                                   f"{', '.join(kernels)} x threads {', '.join(map(str, a.threads))}\n\n"
-                                   + table + "\n")
+    runs = ", ".join(f"{k}-t{t}" for k, t in grid)
+    (out / "spread.md").write_text(f"value: {reference}; (min–max) over {len(grid)} runs: {runs}\n\n" + table + "\n")
     print((out / "spread.md").read_text())
     return 0
 
