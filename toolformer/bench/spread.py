@@ -51,11 +51,12 @@ def demo_command(config: str, out: Path, threads: int, overrides: list[str]) -> 
             f"model.threads={threads}", *overrides]
 
 
-def bench_command(out: Path, threads: int, args: list[str]) -> list[str]:
+def bench_command(threads: int, args: list[str]) -> list[str]:
     return [sys.executable, "-m", "toolformer.bench.speed", "--threads", str(threads), *(args or ["--quick"])]
 
 
-def copy_command(a: argparse.Namespace, threads: int) -> list[str]:
+def copy_command(a: argparse.Namespace) -> list[str]:
+    """The lab's copy probe (its threads: ``OMP_NUM_THREADS``, set by :func:`run_one`)."""
     return [sys.executable, "-m", "toolformer.published.lab", "copy", a.model, "--world", a.world, *a.rest]
 
 
@@ -90,8 +91,8 @@ def bench_figures(run: Path) -> dict[str, float | None]:
 
 
 JOBS = {"demo": (lambda a, out, t: demo_command(a.config, out, t, a.rest), demo_figures, "results.json"),
-        "bench": (lambda a, out, t: bench_command(out, t, a.rest), bench_figures, "stdout.txt"),
-        "copy": (lambda a, out, t: copy_command(a, t), copy_figures, "stdout.txt")}
+        "bench": (lambda a, out, t: bench_command(t, a.rest), bench_figures, "stdout.txt"),
+        "copy": (lambda a, out, t: copy_command(a), copy_figures, "stdout.txt")}
 
 
 def run_one(job: str, a: argparse.Namespace, kernel: str, threads: int) -> tuple[str, float]:
