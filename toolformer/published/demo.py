@@ -110,9 +110,24 @@ def nothing_kept(p: PipelineConfig) -> None:
                      "\"Where it stands\")")
 
 
+def base_model(cfg: PublishedWorldConfig, force: bool, timed: Timer) -> Path:
+    """The model annotated and tuned: ``model.path`` when set; else the pretrained model ``pretrain.weights`` names
+    (fetched into the cache once: :func:`toolformer.worlds.importing.fetch`); else the one trained here."""
+    from toolformer.published.pretrain import pretrain_base_model
+    from toolformer.worlds.importing import fetch
+
+    if cfg.pipeline.model.path:
+        return Path(cfg.pipeline.model.path)
+    if cfg.pretrain.weights:
+        record, _written, folder = timed("weights", lambda: fetch(cfg.pretrain.weights))
+        print(f"demo: base model {record['model_name']} ({record['model']['parameters']:,} parameters) in {folder}")
+        return folder
+    with holding(cfg, ("base",)):
+        return timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
+
+
 def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     """The demo on published data into ``cfg.run_dir``; returns what ``RUN_DIR/results.json`` holds."""
-    from toolformer.published.pretrain import pretrain_base_model
     from toolformer.published.world import build_world
     from toolformer.stages import run_stage
 
@@ -120,11 +135,7 @@ def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
     start_run(cfg.run_dir, "published.yaml", dump_published(cfg))
     with holding(cfg, ("world",)):  # each output folder outside the run folder: locked while it is written
         root = timed("world", lambda: build_world(cfg, force=force))
-    if cfg.pipeline.model.path:
-        base = Path(cfg.pipeline.model.path)
-    else:
-        with holding(cfg, ("base",)):
-            base = timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
+    base = base_model(cfg, force, timed)
     p = world_pipeline(cfg, root, base)
     save_resolved_config(p)
     for stage in ("sample", "execute", "filter", "chain"):
