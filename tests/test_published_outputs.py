@@ -21,7 +21,7 @@ from toolformer.published.config import load_published
 from toolformer.rundir.files import IntegrityError
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIG = str(ROOT / "configs" / "published.yaml")
+CONFIG = str(ROOT / "configs" / "published-scratch.yaml")  # the base model trained here
 TINY = {"vocab_size": 300, "hidden": 32, "layers": 1, "heads": 2, "positions": 64, "seq_len": 32, "batch_size": 4,
         "max_steps": 4, "eval_every": 1, "dev_docs": 2, "shipped": "", "threads": 1}
 
