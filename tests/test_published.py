@@ -1,6 +1,6 @@
 """The published-data world (toolformer.published): reading the published formats with every bad record counted,
 the checksum check and the fetch command, splits without leaks, the contamination search, gold from GSM8K's
-annotations.
+annotations and MAWPS's and ASDiv's formulas (tests/test_published_gold.py: the formulas and the gold report).
 
 Small files written here stand in for the published ones; the tests that need the real files read them from
 $TOOLFORMER_PUBLISHED_DATA (`.ci/run` sets it when the folder is there) and skip with the reason otherwise."""
@@ -120,6 +120,27 @@ def test_a_nested_or_unmatched_annotation_is_no_gold_call():
     for answer in ("x <<2*<<3=3>>=6>>6 apples\n#### 6", "x 3=3>>3 apples\n#### 3", "x <<3=3 apples\n#### 3"):
         with pytest.raises(SkipItem, match="annotation does not parse"):
             parse_solution(answer)
+
+
+def test_mawps_and_asdiv_documents_carry_gold_calls_only_in_the_annotation_corpus(tmp_path, monkeypatch):
+    from toolformer.published.pretrain import tokenizer_texts
+
+    cfg = fixture_config(tmp_path, monkeypatch)
+    root = world.build_world(cfg, quiet=True)
+    corpus = [d for d in read_jsonl(root / "corpus.jsonl") if d["source"] in world.FORMULA_SOURCES]
+    assert {d["source"] for d in corpus} == {"mawps", "asdiv"}
+    for doc in corpus:
+        (g,) = doc["gold_calls"]
+        assert doc["text"][g["char_start"]:] == g["result"] + "." and doc["text"][:g["char_start"]].endswith(
+            world.ANSWER_LEAD)
+    assert not any("gold_calls" in d for d in read_jsonl(root / "pretrain.jsonl"))
+    summary = json.loads((root / "world.json").read_text())
+    assert summary["format"] == world.FORMAT == 3
+    assert summary["math_gold"]["mawps"] == {"problems": 8, "with_gold": 8, "without": {}}
+    assert summary["math_gold"]["asdiv"]["with_gold"] == summary["math_gold"]["asdiv"]["problems"] > 0
+    texts = tokenizer_texts(root)  # the formulas' calls are not inline: the shipped tokenizer's texts stay
+    assert not any(f"[Calculator({doc['gold_calls'][0]['input']}" in t for doc in corpus for t in texts)
+    assert any("[Calculator(48/2) → 24]" in t for t in texts)  # GSM8K's are
 
 
 def test_the_world_reads_the_bytes_it_checked_not_a_file_replaced_after_the_check(tmp_path, monkeypatch):
@@ -279,7 +300,11 @@ def test_the_published_demo_runs_every_stage_into_results_json(tmp_path, monkeyp
     results = run_published(cfg)
     assert set(results["rows"]) == set(ROWS) and all(results["rows"].values())
     assert set(results["rows"]["toolformer"]) >= {"lama", "asdiv", "mawps", "gsm8k", "perplexity", "call_rate"}
-    assert results["gold"]["Calculator"]["gold"] == 3 and results["gold"]["QA"]["gold"] > 0
+    corpus = read_jsonl(cfg.world_dir() / "corpus.jsonl")
+    calculator = results["gold"]["Calculator"]
+    assert calculator["gold"] == sum(g["tool"] == "Calculator" for d in corpus for g in d.get("gold_calls", []))
+    assert set(calculator["by_source"]) == {"gsm8k", "mawps", "asdiv"} and calculator["by_source"]["gsm8k"]["gold"] == 3
+    assert results["gold"]["QA"]["gold"] > 0
     assert results["kept_calls"]["Calculator"] > 0
     assert results["paper"]["lama"] == {"without_tools": 31.9, "toolformer": 53.5}
     saved = json.loads((Path(p.run_dir) / "results.json").read_text())

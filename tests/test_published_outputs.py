@@ -190,7 +190,7 @@ def test_a_damaged_world_json_is_named_with_the_command_that_rebuilds_it(tmp_pat
     assert f"{summary}: {says}" in err and "toolformer published build --force" in err, err
     if body is not None:  # --force writes it again
         assert cli(capsys, "build", fixture, "--force") == (0, "")
-        assert json.loads(summary.read_text())["format"] == 2
+        assert json.loads(summary.read_text())["format"] == world.FORMAT
 
 
 @pytest.mark.slow

@@ -35,14 +35,15 @@ def records(path: Path) -> list[dict]:
 
 def write_published_math(folder: Path) -> None:
     """Stand-ins in the published layout for MAWPS (train, valid and test sets), ASDiv and T-REx's
-    relations.jsonl (P19 only), under ``folder`` whose math/mawps and lama/trex folders exist."""
+    relations.jsonl (P19 only), under ``folder`` whose math/mawps and lama/trex folders exist. Each MAWPS and
+    ASDiv problem has its published formula (``X=(9.0-3.0)``, ``4+5=9``), whose value is the answer."""
     for name, n in (("trainset", 6), ("validset", 2), ("testset", 3)):
         (folder / f"math/mawps/{name}.json").write_text(json.dumps(
             [{"id": f"{name}{k}", "original_text": f"Dee had {k + 7} apples and ate {k + 1} . How many are left ?",
-              "ans": 6.0} for k in range(n)]))
+              "equation": f"X=({k + 7}.0-{k + 1}.0)", "ans": 6.0} for k in range(n)]))
     problems = "".join(f'<Problem ID="nluds-{k:04d}"><Body>Eve has {k + 2} red and {k + 3} blue balls.</Body>'
-                       f"<Question>How many balls?</Question><Answer>{2 * k + 5} (balls)</Answer></Problem>"
-                       for k in range(10))
+                       f"<Question>How many balls?</Question><Answer>{2 * k + 5} (balls)</Answer>"
+                       f"<Formula>{k + 2}+{k + 3}={2 * k + 5}</Formula></Problem>" for k in range(10))
     (folder / "math/ASDiv.xml").write_text(f"<Machine-Reading-Corpus-File><ProblemSet>{problems}</ProblemSet>"
                                            "</Machine-Reading-Corpus-File>")
     (folder / "lama/trex/relations.jsonl").write_text(json.dumps(

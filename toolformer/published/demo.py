@@ -77,15 +77,21 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _judged(c: dict) -> str:
+    """Gold counts (:mod:`.gold`) as ``precision P (right of kept), recall R (found of gold)``."""
+    prec = "–" if c["precision"] is None else f"{100 * c['precision']:.1f} %"
+    return (f"precision {prec} ({c['kept_right']:,} of {c['kept']:,}), recall {100 * c['recall_right']:.1f} % "
+            f"({c['gold_with_right_kept']:,} of {c['gold']:,})")
+
+
 def _print(results: dict) -> None:
     print("\n" + table(results))
     print("kept calls: " + ", ".join(f"{t} {n:,}" for t, n in results["kept_calls"].items()))
     for tool, g in results["gold"].items():
-        prec = "–" if g["precision"] is None else f"{100 * g['precision']:.1f} %"
-        print(f"kept {tool} calls against the calls people placed ({g['source']}): precision {prec} "
-              f"({g['kept_right']:,} of {g['kept']:,}), recall {100 * g['recall_right']:.1f} % "
-              f"({g['gold_with_right_kept']:,} of {g['gold']:,}); chained calls {g['chained_kept']:,} kept, "
-              f"{g['chained_right']:,} right")
+        print(f"kept {tool} calls against the calls people placed ({g['source']}): {_judged(g)}; chained calls "
+              f"{g['chained_kept']:,} kept, {g['chained_right']:,} right")
+        if len(g.get("by_source", {})) > 1:
+            print("  per source: " + "; ".join(f"{name} {_judged(c)}" for name, c in g["by_source"].items()))
     c = results["contamination"]
     print(f"contamination: {c['prompts']:,} evaluation prompts searched in every training text; "
           f"{sum(c['training_documents_left_out'].values()):,} training documents holding one left out; longest "

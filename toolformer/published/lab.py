@@ -6,8 +6,8 @@
     the filter needs that (a call's result is in the context before the text that states it).
 ``python -m toolformer.published.lab margins RUN_DIR``
     The filter's candidates ranked by L⁻ − L⁺, and the share of the top ones that are right against the gold
-    calls (GSM8K's annotations for Calculator, T-REx objects for QA): whether the base model's losses tell a
-    right result from a wrong one at all.
+    calls (GSM8K's annotations and MAWPS's and ASDiv's formulas for Calculator, T-REx objects for QA): whether
+    the base model's losses tell a right result from a wrong one at all.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import glob
 import json
 from pathlib import Path
 
-from toolformer.published.gold import GOLD_SOURCES
+from toolformer.published.gold import GOLD_SOURCES, gold_documents
 
 
 def copy_probe(model_dir: str, texts: list[str], max_tokens: int = 100) -> tuple[float, float]:
@@ -50,8 +50,8 @@ def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)
     records = [r for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")) for r in read_jsonl(f)]
     documents = read_documents(run_dir)
     rows = []
-    for tool, (prefix, _source) in GOLD_SOURCES.items():
-        docs = {k: v for k, v in documents.items() if k.startswith(prefix)}
+    for tool in GOLD_SOURCES:
+        docs = gold_documents(tool, documents)
         scored = sorted((r for r in records if r["tool"] == tool and r["doc_id"] in docs
                          and r.get("loss_plus") is not None), key=lambda r: r["loss_minus"] - r["loss_plus"],
                         reverse=True)

@@ -5,7 +5,9 @@
   gold Calculator call at the annotated result's text (:func:`parse_solution`).
 - T-REx: each fact with its Wikipedia sentences, the ``[MASK]`` filled with the object; the relation's template
   from ``relations.jsonl`` (a fact of a relation missing there is rejected).
-- MAWPS and ASDiv through the project's evaluation loaders (:mod:`toolformer.tasks.formats`).
+- MAWPS and ASDiv through the project's evaluation loaders (:mod:`toolformer.tasks.formats`), and each problem's
+  published formula (MAWPS's ``equation``, ASDiv's ``<Formula>``) as a gold Calculator call of its answer when
+  the formula's value is the answer's (:func:`formula_call`; else the reason it has none).
 
 Each reader takes the file's bytes as the world's checksum check read them (``raw``; the file itself is read only
 when none are given), and its path to name it. A record is rejected, never a traceback, for: invalid JSON or
@@ -21,13 +23,21 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from defusedxml import ElementTree as SafeET
+
 from toolformer.config.text import lone_surrogate
-from toolformer.tasks.formats import GSM8K_FINAL, SkipItem, gsm8k_answer, lama_prompt, load_task
+from toolformer.tasks.formats import GSM8K_FINAL, SkipItem, gsm8k_answer, lama_prompt, load_task, read_records
 from toolformer.tasks.metrics import MAX_GOLD_DIGITS, digits
+from toolformer.tools.base import ToolError
+from toolformer.tools.calculator import INPUT_PATTERN, calculate
 
 MASK = "[MASK]"
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_UNKNOWN = re.compile(r"\s*[A-Za-z]\w*\s*")  # MAWPS's `X=...`, `miles=...`: the unknown alone on the left
+_UNITS = re.compile(r"\s*\([^()]*[A-Za-z][^()]*\)")  # ASDiv's `6 (penny)*1 (cent/penny)`: units in brackets
+_WHOLE = re.compile(r"(\d)\.0+\b(?!\.)")  # `22.0`: written 22
+_REMAINDER = re.compile(r"=\s*\d+\s*r\s*\d")  # ASDiv's `47/6=7 r5`
 
 
 @dataclass
@@ -110,6 +120,8 @@ class Problem:
     answer: str
     where: str
     solution: Solution | None = None
+    call: dict | None = None  # MAWPS, ASDiv: the gold call of the answer from the formula, without char_start
+    no_call: SkipItem | None = None  # else why it has none
 
 
 def read_gsm8k(path: Path, rejected: Rejected, raw: bytes | None = None) -> list[Problem]:
@@ -127,12 +139,72 @@ def read_gsm8k(path: Path, rejected: Rejected, raw: bytes | None = None) -> list
     return out
 
 
+def _calculated(expression: str) -> str | None:
+    """What the Calculator returns for ``expression`` written in its input syntax, else None."""
+    if not re.fullmatch(INPUT_PATTERN, expression):
+        return None
+    try:
+        return calculate(expression)
+    except ToolError:
+        return None
+
+
+def formula_call(formula: str, answer: str, fmt: str) -> dict:
+    """The gold Calculator call of a MAWPS or ASDiv problem's answer from its published formula: the expression
+    (MAWPS: ``X=expression``; ASDiv: of the steps ``a=b; c=d``, the last whose left side, units in brackets
+    removed, the Calculator reads and whose value is the answer's) and its value, when it equals the answer as
+    the Calculator writes both (two decimals). A :class:`SkipItem` naming why when there is none."""
+    if not formula.strip():
+        raise SkipItem("no formula")
+    target = _calculated(answer)
+    if target is None:
+        raise SkipItem("answer not a number the Calculator reads", answer)
+    if fmt == "mawps":
+        unknown, eq, expression = formula.partition("=")
+        if not eq or not _UNKNOWN.fullmatch(unknown) or re.search("[A-Za-z]", expression):
+            raise SkipItem("an equation to solve", formula)
+        steps = [expression]
+    else:
+        steps = [_UNITS.sub("", step.partition("=")[0]) for step in reversed(formula.split(";")) if "=" in step]
+    tidy = (_WHOLE.sub(r"\1", " ".join(step.split())) for step in steps)
+    values = [(e, v) for e in tidy if (v := _calculated(e)) is not None]
+    for expression, value in values:
+        if value == target:
+            return {"tool": "Calculator", "input": expression, "result": value}
+    if not values:
+        raise SkipItem("formula not arithmetic the Calculator reads", formula)
+    if _REMAINDER.search(formula):
+        raise SkipItem("a division with a remainder", formula)
+    raise SkipItem("formula's value differs from the answer", f"{formula} is {values[0][1]}, the answer {answer}")
+
+
+def _formulas(path: Path, fmt: str, raw: bytes) -> dict[str, str]:
+    """Each problem's published formula by its id: MAWPS's ``equation``, ASDiv's ``<Formula>`` (the loader has
+    read the same bytes)."""
+    if fmt == "asdiv":
+        return {p.get("ID") or str(i): p.findtext("Formula") or ""
+                for i, p in enumerate(SafeET.fromstring(raw).iter("Problem"))}
+    return {str(r.value.get("id", r.index)): str(r.value.get("equation") or "") for r in read_records(path, raw)
+            if isinstance(r.value, dict)}
+
+
 def read_task(path: Path, fmt: str, rejected: Rejected, raw: bytes | None = None) -> list[Problem]:
-    """A math file through the project's evaluation loader (MAWPS, ASDiv): its skipped records rejected."""
+    """A math file through the project's evaluation loader (MAWPS, ASDiv): its skipped records rejected; each
+    problem with its gold call from the formula, or the reason it has none (:func:`formula_call`)."""
+    raw = path.read_bytes() if raw is None else raw
     _fmt, data = load_task(path, fmt, raw=raw)
     for s in data.skipped:
         rejected.add(s["where"], s["reason"], s.get("detail", ""))
-    return [Problem(item.id, item.question, item.answers[0], f"{path}: {item.id}") for item in data.items]
+    formulas = _formulas(path, fmt, raw)
+    out = []
+    for item in data.items:
+        p = Problem(item.id, item.question, item.answers[0], f"{path}: {item.id}")
+        try:
+            p.call = formula_call(formulas.get(item.id, ""), p.answer, fmt)
+        except SkipItem as e:
+            p.no_call = e
+        out.append(p)
+    return out
 
 
 @dataclass

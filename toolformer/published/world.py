@@ -13,11 +13,14 @@ that holds one is left out, counted in ``world.json``.
 Files in the world folder: ``pretrain.jsonl`` (the base model's text: pre-training facts' sentences, GSM8K
 training solutions without their annotations, MAWPS and ASDiv training problems with their answers; no call
 syntax), ``corpus.jsonl`` (the annotation corpus: GSM8K training problems with their annotations as
-``gold_calls``, MAWPS and ASDiv training problems, annotation facts' sentences with a gold QA call before each
-mention of the object), ``knowledge.jsonl`` (every T-REx triple, rendered through its relation's template: the
+``gold_calls``, MAWPS and ASDiv training problems with a gold Calculator call at the answer from their published
+formula where its value is the answer, annotation facts' sentences with a gold QA call before each mention of the
+object), ``knowledge.jsonl`` (every T-REx triple, rendered through its relation's template: the
 QA tool's data), ``eval/`` (``lama.jsonl``, ``asdiv.jsonl``, ``mawps.json``, ``gsm8k.jsonl``), ``heldout.jsonl``
 (sentences of evaluation facts that are not evaluation items, for perplexity), ``rejected.jsonl`` (every
-record left out: file:line and reason) and, last, ``world.json`` (counts, the contamination search, the key).
+record left out: file:line and reason), ``no_gold.jsonl`` (the MAWPS and ASDiv training problems without a gold
+call: file and id, why, the formula) and, last, ``world.json`` (counts, ``math_gold``: per source the training
+problems with a gold call and why the others have none, the contamination search, the key).
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ from toolformer.rundir.files import IntegrityError, atomic_write_text, dumps, re
 SUMMARY = "world.json"
 CORPUS_ID = "a-"
 """The ids of the annotation corpus's documents start with this (``a-gsm8k-12``, ``a-trex-<uuid>``)."""
-FORMAT = 2
+FORMAT = 3
+"""3: MAWPS and ASDiv documents carry a gold Calculator call from their formula."""
+FORMULA_SOURCES = ("mawps", "asdiv")
+"""The math sources whose gold call comes from the problem's published formula (:func:`.readers.formula_call`)."""
+ANSWER_LEAD = "The answer is "
 
 
 def share(seed: int, key: str) -> float:
@@ -68,15 +75,32 @@ def number_text(value: str) -> str:
 
 def math_doc(p: Problem, source: str) -> dict:
     """A math problem as a document: ``Question: …\\nAnswer: [solution\\n]The answer is N.``, GSM8K's
-    annotations as gold calls."""
+    annotations as gold calls; a MAWPS or ASDiv problem's call from its formula as a gold call at N (where the
+    annotated result's text would be), none without one."""
     head = f"Question: {p.question}\nAnswer: "
     if p.solution is None:
-        return {"id": f"{source}-{p.id}", "text": f"{head}The answer is {number_text(p.answer)}.", "source": source}
+        doc = {"id": f"{source}-{p.id}", "text": f"{head}{ANSWER_LEAD}{number_text(p.answer)}.", "source": source}
+        return doc | ({"gold_calls": [p.call | {"char_start": len(head) + len(ANSWER_LEAD)}]} if p.call else {})
     body = p.solution.text.strip("\n")
     lead = len(p.solution.text) - len(p.solution.text.lstrip("\n"))
     calls = [{**c, "char_start": c["char_start"] - lead + len(head)} for c in p.solution.calls]
-    return {"id": f"{source}-{p.id}", "text": f"{head}{body}\nThe answer is {number_text(p.answer)}.",
+    return {"id": f"{source}-{p.id}", "text": f"{head}{body}\n{ANSWER_LEAD}{number_text(p.answer)}.",
             "gold_calls": calls, "source": source}
+
+
+def math_gold(math: dict[str, list[Problem]]) -> tuple[dict[str, dict], list[dict]]:
+    """Per formula source, its training problems, those with a gold call and why the others have none; and
+    those others, each ``{"where", "reason", "detail"}``."""
+    counts, records = {}, []
+    for source in FORMULA_SOURCES:
+        without = Rejected()
+        for p in math[source]:
+            if p.no_call is not None:
+                without.add(p.where, p.no_call.reason, p.no_call.detail)
+        counts[source] = {"problems": len(math[source]), "with_gold": sum(p.call is not None for p in math[source]),
+                          "without": without.counts()}
+        records += without.records
+    return counts, records
 
 
 def fact_doc(f: Fact, n: int, gold: bool, skip: set[str]) -> dict | None:
@@ -248,11 +272,13 @@ def build_world(cfg: PublishedWorldConfig, force: bool = False, quiet: bool = Fa
     evals = _eval_files(root, lama, math)
     counts |= {f"eval_{k}": len(lama) if k == "lama" else len(math[f"{k}_test"]) for k in evals}
     counts["rejected"] = _write_jsonl(root / "rejected.jsonl", rejected.records)
+    gold, without = math_gold(math)
+    counts["no_gold"] = _write_jsonl(root / "no_gold.jsonl", without)
     longest = longest_shared(prompts, [d["text"] for ds in docs.values() for d in ds])
     summary = {"format": FORMAT, "key": key, "data_dir": str(folder),
                "files": {r: hashlib.sha256(raw).hexdigest() for r, raw in files.items()},
                "facts": {k: len(v) for k, v in facts.items()}, "counts": counts,
-               "rejected": rejected.counts(),
+               "rejected": rejected.counts(), "math_gold": gold,
                "contamination": {"prompts": len(prompts), "training_documents_left_out": dropped,
                                  "longest_shared": longest}}
     atomic_write_text(summary_path, json.dumps(summary, indent=2, ensure_ascii=False) + "\n")
