@@ -232,7 +232,8 @@ def test_the_contamination_search_finds_a_prompt_however_it_is_spaced_or_cased()
 def test_no_evaluation_prompt_of_the_published_world_is_in_any_training_text(tmp_path):
     """Every evaluation prompt (LAMA, ASDiv, MAWPS, GSM8K test, read back with the project's loaders) searched,
     normalised, in every training text: pre-training, annotation, and so build's plain documents."""
-    cfg = load_published(ROOT / "configs" / "published-scratch.yaml", [f"run_dir={tmp_path}", f"published.data_dir={REAL}"])
+    cfg = load_published(ROOT / "configs" / "published-scratch.yaml",
+                         [f"run_dir={tmp_path}", f"published.data_dir={REAL}"])
     root = world.build_world(cfg, quiet=True)
     prompts = [it.question for name in ("lama", "asdiv", "mawps", "gsm8k")
                for it in load_task(root / "eval" / f"{name}.jsonl", "lama" if name == "lama" else "gsm8k")[1].items]

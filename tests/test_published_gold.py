@@ -129,3 +129,38 @@ def test_most_published_mawps_and_asdiv_training_problems_get_a_gold_call(tmp_pa
     corpus = [d for d in read_jsonl(root / "corpus.jsonl") if d["source"] in world.FORMULA_SOURCES]
     assert sum(bool(d.get("gold_calls")) for d in corpus) >= 0.8 * len(corpus)
     assert not any("gold_calls" in d for d in read_jsonl(root / "pretrain.jsonl"))
+
+
+def test_recall_where_the_model_needs_the_call(data, tmp_path, monkeypatch, tiny_model_dir):
+    """Recall over the gold calls the base model gets wrong itself: of the three, the model misses the first two;
+    the first has a right kept call, so 1 of 2. The tiny model is asked once per gold call with a number."""
+    from toolformer.published import needed
+
+    docs = docs_of(data, MAWPS, "mawps")[:3]
+    ids = [d["doc_id"] for d in docs]
+    run = make_run(tmp_path, docs=docs, calls=[
+        (ids[0], "Calculator", "7 - 1", "6.", "6", 3.0, 2.5, 0.4),
+        (ids[1], "Calculator", "8 + 2", "6.", "10", 3.0, 2.5, 0.4),
+        (ids[2], "Calculator", "9 - 3", "6.", "6", 3.0, 2.8, 3.3),
+    ])
+    from toolformer.rundir.folder import read_documents
+
+    asked = needed.model_misses(read_documents(run), tiny_model_dir)
+    assert len(asked) == 3 and all(isinstance(v, bool) for v in asked.values())
+    first = {d: min(g["char_start"] for g in doc["gold_calls"]) for d, doc in read_documents(run).items()}
+    monkeypatch.setattr(needed, "model_misses", lambda documents, model_dir: {
+        (d, first[d]): d in ids[:2] for d in ids})
+    got = needed.needed_recall(run, tiny_model_dir)
+    assert {k: got[k] for k in ("gold", "needed", "needed_with_right_kept")} == {
+        "gold": 3, "needed": 2, "needed_with_right_kept": 1}
+    assert got["recall_right"] == pytest.approx(0.5, abs=1e-12) and set(got["by_source"]) == {"mawps"}
+
+
+@pytest.mark.parametrize("continuation, number, writes", [
+    (" 50 apples", "50", True), ("500", "50", False), ("$1,200 in all", "$1,200", True), (" 4.5", "4", False),
+    ("", "7", False)])
+def test_a_continuation_writes_the_number_only_as_a_whole_number(continuation, number, writes):
+    from toolformer.published.needed import continues_with, written_number
+
+    assert continues_with(continuation, number) is writes
+    assert written_number("so 48/2 = $1,200.50 today", 10) == "$1,200.50"

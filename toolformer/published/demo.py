@@ -55,13 +55,17 @@ def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path) -> Pipelin
 
 def summarise(cfg: PublishedWorldConfig, p: PipelineConfig, walls: dict[str, float]) -> dict:
     from toolformer.published.gold import gold_report
+    from toolformer.published.needed import needed_recall
 
     rows = eval_rows(p, ROWS, ("perplexity", "call_rate"))
+    report = gold_report(p.run_dir)
+    if "Calculator" in report["gold"]:
+        report["gold"]["Calculator"]["needed"] = needed_recall(p.run_dir, p.model.path)
     chain = StageFolder(p.run_dir, "chain").manifest() or {"counts": {"rounds": {}}}
     world = json.loads((cfg.world_dir() / "world.json").read_text())
     return {"rows": rows, "wall_seconds": walls,
             "kept_calls": kept_calls(p.run_dir),
-            "chain_rounds": chain["counts"]["rounds"], **gold_report(p.run_dir), "world": world["counts"],
+            "chain_rounds": chain["counts"]["rounds"], **report, "world": world["counts"],
             "contamination": world["contamination"], "seed": p.seed,
             "tasks": {t.name: t.path for t in p.evaluate.tasks},
             "paper": {k: {"without_tools": a, "toolformer": b} for k, (a, b) in PAPER.items()}}
@@ -92,6 +96,10 @@ def _print(results: dict) -> None:
               f"{g['chained_kept']:,} kept, {g['chained_right']:,} right")
         if len(g.get("by_source", {})) > 1:
             print("  per source: " + "; ".join(f"{name} {_judged(c)}" for name, c in g["by_source"].items()))
+        if (need := g.get("needed")) and need["needed"]:
+            print(f"  where the base model gets the result wrong itself ({need['needed']:,} of {need['gold']:,} "
+                  f"gold calls): {need['needed_with_right_kept']:,} with a right kept call, recall "
+                  f"{100 * need['recall_right']:.1f} %")
     c = results["contamination"]
     print(f"contamination: {c['prompts']:,} evaluation prompts searched in every training text; "
           f"{sum(c['training_documents_left_out'].values()):,} training documents holding one left out; longest "

@@ -28,7 +28,9 @@ GOLD_SOURCES = {
     "QA": ({"trex": f"{CORPUS_ID}trex-"}, "T-REx objects"),
 }
 """Per tool: the id prefix of each source's documents in the annotation corpus, and what its gold calls are."""
-TAUS = (1.0, 1.5, 2.0, 3.0, 4.0)
+TAUS = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0)
+"""The tau_f that ``gold_by_tau`` reports, from the run's own tau_f of each tool up (the filter computed what
+lower ones would need only where the run's could keep a call)."""
 
 
 def chain_records(run_dir: Path) -> list[dict]:
@@ -83,7 +85,8 @@ def gold_report(run_dir: str | Path) -> dict:
     by_tau = {}
     for tool in gold:
         try:
-            by_tau[tool] = gold_by_tau(run_dir, tool, list(TAUS))
+            low = max((r["tau_filter"] for r in filt.records if r["tool"] == tool), default=min(TAUS))
+            by_tau[tool] = gold_by_tau(run_dir, tool, [t for t in TAUS if t >= low])
         except ValueError as e:
             by_tau[tool] = [{"error": str(e)}]
     return {"gold": gold, "gold_by_tau": by_tau}

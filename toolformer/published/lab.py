@@ -8,6 +8,9 @@
     The filter's candidates ranked by L⁻ − L⁺, and the share of the top ones that are right against the gold
     calls (GSM8K's annotations and MAWPS's and ASDiv's formulas for Calculator, T-REx objects for QA): whether
     the base model's losses tell a right result from a wrong one at all.
+``python -m toolformer.published.lab needed RUN_DIR [--model M]``
+    The gold calculations the base model (``--model``, default the run's ``model.path``) gets wrong when it
+    continues the text itself, and the share of them with a right kept call (:mod:`.needed`).
 """
 
 from __future__ import annotations
@@ -67,6 +70,13 @@ def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)
     return rows
 
 
+def _run_model(run_dir: str) -> str:
+    """The run's ``model.path``, from the config it saved (RUN_DIR/config.yaml)."""
+    from toolformer.config.load import read_yaml_config
+
+    return str(read_yaml_config(Path(run_dir) / "config.yaml")["model"]["path"])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m toolformer.published.lab")
     sub = p.add_subparsers(dest="what", required=True)
@@ -76,7 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--texts", type=int, default=60)
     m = sub.add_parser("margins")
     m.add_argument("run_dir")
+    n = sub.add_parser("needed")
+    n.add_argument("run_dir")
+    n.add_argument("--model", default="", help="the model to ask (default: the run's model.path)")
     args = p.parse_args(argv)
+    if args.what == "needed":
+        from toolformer.published.needed import needed_recall
+
+        model = args.model or _run_model(args.run_dir)
+        print(json.dumps(needed_recall(args.run_dir, model), indent=1))
+        return 0
     if args.what == "copy":
         from toolformer.rundir.files import read_jsonl
 
