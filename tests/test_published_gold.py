@@ -164,3 +164,19 @@ def test_a_continuation_writes_the_number_only_as_a_whole_number(continuation, n
 
     assert continues_with(continuation, number) is writes
     assert written_number("so 48/2 = $1,200.50 today", 10) == "$1,200.50"
+
+
+def test_fewer_candidates_a_position_replayed_on_the_records(data, tmp_path):
+    """Three candidates at one position, the right one last: at most 2 a position leaves it out, 3 keeps it."""
+    from toolformer.published.lab import per_position
+
+    docs = docs_of(data, MAWPS, "mawps")[:1]
+    d = docs[0]["doc_id"]
+    run = make_run(tmp_path, docs=docs, calls=[
+        (d, "Calculator", "7 + 1", "6.", "8", 3.0, 2.5, 0.4),
+        (d, "Calculator", "7 * 1", "6.", "7", 3.0, 2.5, 3.0),
+        (d, "Calculator", "7 - 1", "6.", "6", 3.0, 2.5, 0.4),
+    ])
+    rows = {r["per_position"]: r for r in per_position(str(run), (2, 3))}
+    assert (rows[2]["candidates"], rows[2]["kept"], rows[2]["right"]) == (2, 1, 0)
+    assert (rows[3]["candidates"], rows[3]["kept"], rows[3]["right"]) == (3, 2, 1)

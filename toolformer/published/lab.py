@@ -8,6 +8,8 @@
     The filter's candidates ranked by L⁻ − L⁺, and the share of the top ones that are right against the gold
     calls (GSM8K's annotations and MAWPS's and ASDiv's formulas for Calculator, T-REx objects for QA): whether
     the base model's losses tell a right result from a wrong one at all.
+``python -m toolformer.published.lab per-position RUN_DIR [--limits N ...]``
+    Fewer rule candidates per position (``sample.max_rule_candidates``), replayed on the run's filter records.
 ``python -m toolformer.published.lab needed RUN_DIR [--model M]``
     The gold calculations the base model (``--model``, default the run's ``model.path``) gets wrong when it
     continues the text itself, and the share of them with a right kept call (:mod:`.needed`).
@@ -70,6 +72,39 @@ def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)
     return rows
 
 
+def per_position(run_dir: str, limits: tuple[int, ...] = (6, 12, 18, 24)) -> list[dict]:
+    """The rule proposers' ``sample.max_rule_candidates`` replayed on a run's filter records: per tool and limit N,
+    what the filter would have scored and kept had only the first N candidates of each position (in the
+    proposer's order) been proposed, against the gold. Each candidate's losses do not depend on the others', so
+    this is what a run with the lower limit keeps (the chain stage's rounds aside)."""
+    from toolformer.inspect.gold import match_gold
+    from toolformer.rundir.files import read_jsonl
+    from toolformer.rundir.folder import read_documents
+
+    records = [r for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")) for r in read_jsonl(f)]
+    documents = read_documents(run_dir)
+    rows = []
+    for tool in GOLD_SOURCES:
+        docs = gold_documents(tool, documents)
+        mine = [r for r in records if r["tool"] == tool and r["doc_id"] in docs]
+        for limit in limits if mine else ():
+            seen: dict[tuple[str, int], int] = {}
+            subset = []
+            for r in mine:
+                at = (r["doc_id"], r["position"])
+                seen[at] = seen.get(at, 0) + 1
+                if seen[at] <= limit:
+                    subset.append(r)
+            judged = match_gold(subset, docs)
+            c = judged["per_tool"].get(tool) if judged else None
+            if c is not None:
+                rows.append({"tool": tool, "per_position": limit, "candidates": len(subset),
+                             "scored": sum(r.get("loss_plus") is not None for r in subset), "kept": c["kept"],
+                             "right": c["kept_right"], "precision": c["precision"], "recall": c["recall_right"],
+                             "gold": c["gold"]})
+    return rows
+
+
 def _run_model(run_dir: str) -> str:
     """The run's ``model.path``, from the config it saved (RUN_DIR/config.yaml)."""
     from toolformer.config.load import read_yaml_config
@@ -86,6 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--texts", type=int, default=60)
     m = sub.add_parser("margins")
     m.add_argument("run_dir")
+    lim = sub.add_parser("per-position")
+    lim.add_argument("run_dir")
+    lim.add_argument("--limits", type=int, nargs="+", default=[6, 12, 18, 24])
     n = sub.add_parser("needed")
     n.add_argument("run_dir")
     n.add_argument("--model", default="", help="the model to ask (default: the run's model.path)")
@@ -104,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
             a, b = copy_probe(model, texts)
             print(f"{model}: loss per token of a held-out sentence {a:.2f}, the same sentence said again {b:.2f}")
         return 0
-    for row in margins(args.run_dir):
+    rows = per_position(args.run_dir, tuple(args.limits)) if args.what == "per-position" else margins(args.run_dir)
+    for row in rows:
         print(json.dumps(row))
     return 0
 
