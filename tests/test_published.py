@@ -290,7 +290,8 @@ def test_the_published_demo_runs_every_stage_into_results_json(tmp_path, monkeyp
 
     cfg = fixture_config(tmp_path, monkeypatch, eval_math=3, heldout_sentences=5)
     for key, value in {"vocab_size": 300, "hidden": 32, "layers": 1, "heads": 2, "max_steps": 2, "eval_every": 1,
-                       "dev_docs": 2, "shipped": "", "threads": 1, "output_dir": str(tmp_path / "base")}.items():
+                       "dev_docs": 2, "shipped": "", "threads": 1, "output_dir": str(tmp_path / "base"),
+                       "weights": ""}.items():  # a base model trained here, not the config's SmolLM2
         setattr(cfg.pretrain, key, value)
     p = cfg.pipeline
     p.model.threads = 1
@@ -306,6 +307,7 @@ def test_the_published_demo_runs_every_stage_into_results_json(tmp_path, monkeyp
     assert calculator["gold"] == sum(g["tool"] == "Calculator" for d in corpus for g in d.get("gold_calls", []))
     assert set(calculator["by_source"]) == {"gsm8k", "mawps", "asdiv"} and calculator["by_source"]["gsm8k"]["gold"] == 3
     assert results["gold"]["QA"]["gold"] > 0
+    assert calculator["needed"]["gold"] == calculator["gold"]  # every gold calculation asked of the base model
     assert results["kept_calls"]["Calculator"] > 0
     assert results["paper"]["lama"] == {"without_tools": 31.9, "toolformer": 53.5}
     saved = json.loads((Path(p.run_dir) / "results.json").read_text())

@@ -8,6 +8,9 @@
     The filter's candidates ranked by L⁻ − L⁺, and the share of the top ones that are right against the gold
     calls (GSM8K's annotations and MAWPS's and ASDiv's formulas for Calculator, T-REx objects for QA): whether
     the base model's losses tell a right result from a wrong one at all.
+``python -m toolformer.published.lab starts MODEL TOKEN [TOKEN ...]``
+    The loss per token of held-out sentences read after each start token: which token the model was pre-trained
+    to read a document after.
 ``python -m toolformer.published.lab per-position RUN_DIR [--limits N ...]``
     Fewer rule candidates per position (``sample.max_rule_candidates``), replayed on the run's filter records.
 ``python -m toolformer.published.lab needed RUN_DIR [--model M]``
@@ -43,6 +46,28 @@ def copy_probe(model_dir: str, texts: list[str], max_tokens: int = 100) -> tuple
         first += nll[: len(ids)].mean().item()
         second += nll[-len(ids):].mean().item()
     return first / len(texts), second / len(texts)
+
+
+def start_losses(model_dir: str, texts: list[str], starts: list[str], max_tokens: int = 100) -> dict[str, float]:
+    """Per start token (a token of the model's vocabulary): the mean loss per token of ``texts``, each read after
+    it. Which token a model was pre-trained to read a document after shows as the lowest."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
+    out = {}
+    for start in starts:
+        first = tok.convert_tokens_to_ids(start)
+        total = count = 0.0
+        for text in texts:
+            x = torch.tensor([[first, *tok(text, add_special_tokens=False)["input_ids"][:max_tokens]]])  # (1, T)
+            with torch.no_grad():
+                logp = torch.log_softmax(model(x).logits[0, :-1].float(), -1)  # (T-1, V)
+            total -= logp.gather(1, x[0, 1:, None]).sum().item()
+            count += x.shape[1] - 1
+        out[start] = total / count
+    return out
 
 
 def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)) -> list[dict]:
@@ -121,6 +146,11 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--texts", type=int, default=60)
     m = sub.add_parser("margins")
     m.add_argument("run_dir")
+    st = sub.add_parser("starts")
+    st.add_argument("model")
+    st.add_argument("tokens", nargs="+")
+    st.add_argument("--world", default="runs/published/world")
+    st.add_argument("--texts", type=int, default=60)
     lim = sub.add_parser("per-position")
     lim.add_argument("run_dir")
     lim.add_argument("--limits", type=int, nargs="+", default=[6, 12, 18, 24])
@@ -128,6 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     n.add_argument("run_dir")
     n.add_argument("--model", default="", help="the model to ask (default: the run's model.path)")
     args = p.parse_args(argv)
+    if args.what == "starts":
+        from toolformer.rundir.files import read_jsonl
+
+        texts = [d["text"] for d in read_jsonl(Path(args.world) / "heldout.jsonl")][: args.texts]
+        for start, loss in start_losses(args.model, texts, args.tokens).items():
+            print(f"{args.model}: after {start} a held-out sentence costs {loss:.3f} nats per token")
+        return 0
     if args.what == "needed":
         from toolformer.published.needed import needed_recall
 
