@@ -180,3 +180,12 @@ def test_fewer_candidates_a_position_replayed_on_the_records(data, tmp_path):
     rows = {r["per_position"]: r for r in per_position(str(run), (2, 3))}
     assert (rows[2]["candidates"], rows[2]["kept"], rows[2]["right"]) == (2, 1, 0)
     assert (rows[3]["candidates"], rows[3]["kept"], rows[3]["right"]) == (3, 2, 1)
+
+
+def test_the_loss_after_each_start_token(tiny_model_dir, tok):
+    """`lab starts`: one loss per start token, each the mean over the texts' tokens (a finite number of nats)."""
+    from toolformer.published.lab import start_losses
+
+    got = start_losses(tiny_model_dir, ["7 + 8 = 15", "The river runs by the town."], [tok.bos_token, tok.pad_token])
+    assert set(got) == {tok.bos_token, tok.pad_token} and all(0 < v < 50 for v in got.values())
+    assert got[tok.bos_token] != got[tok.pad_token]

@@ -11,6 +11,8 @@
 ``python -m toolformer.published.lab starts MODEL TOKEN [TOKEN ...]``
     The loss per token of held-out sentences read after each start token: which token the model was pre-trained
     to read a document after.
+``python -m toolformer.published.lab gold RUN_DIR``
+    The gold report of any run of the world's corpus (``results.json`` → ``gold``, ``gold_by_tau``).
 ``python -m toolformer.published.lab per-position RUN_DIR [--limits N ...]``
     Fewer rule candidates per position (``sample.max_rule_candidates``), replayed on the run's filter records.
 ``python -m toolformer.published.lab needed RUN_DIR [--model M]``
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("tokens", nargs="+")
     st.add_argument("--world", default="runs/published/world")
     st.add_argument("--texts", type=int, default=60)
+    g = sub.add_parser("gold")
+    g.add_argument("run_dir")
     lim = sub.add_parser("per-position")
     lim.add_argument("run_dir")
     lim.add_argument("--limits", type=int, nargs="+", default=[6, 12, 18, 24])
@@ -164,6 +168,11 @@ def main(argv: list[str] | None = None) -> int:
         texts = [d["text"] for d in read_jsonl(Path(args.world) / "heldout.jsonl")][: args.texts]
         for start, loss in start_losses(args.model, texts, args.tokens).items():
             print(f"{args.model}: after {start} a held-out sentence costs {loss:.3f} nats per token")
+        return 0
+    if args.what == "gold":
+        from toolformer.published.gold import gold_report
+
+        print(json.dumps(gold_report(args.run_dir), indent=1))
         return 0
     if args.what == "needed":
         from toolformer.published.needed import needed_recall
