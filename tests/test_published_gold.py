@@ -180,6 +180,13 @@ def test_fewer_candidates_a_position_replayed_on_the_records(data, tmp_path):
     rows = {r["per_position"]: r for r in per_position(str(run), (2, 3))}
     assert (rows[2]["candidates"], rows[2]["kept"], rows[2]["right"]) == (2, 1, 0)
     assert (rows[3]["candidates"], rows[3]["kept"], rows[3]["right"]) == (3, 2, 1)
+    from inspect_runs import TAU
+
+    from toolformer.published.lab import closest_to_tau
+
+    # L⁻ − L⁺ = 2.5 − 0.4 = 2.1 and 2.5 − 3.0 = −0.5: the closest to Calculator's tau_f
+    want = min(abs(2.1 - TAU["Calculator"]), abs(-0.5 - TAU["Calculator"]))
+    assert closest_to_tau(str(run)) == pytest.approx({"Calculator": want}, abs=1e-9)
 
 
 def test_the_loss_after_each_start_token(tiny_model_dir, tok):

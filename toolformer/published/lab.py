@@ -7,7 +7,8 @@
 ``python -m toolformer.published.lab margins RUN_DIR``
     The filter's candidates ranked by L⁻ − L⁺, and the share of the top ones that are right against the gold
     calls (GSM8K's annotations and MAWPS's and ASDiv's formulas for Calculator, T-REx objects for QA): whether
-    the base model's losses tell a right result from a wrong one at all.
+    the base model's losses tell a right result from a wrong one at all; and per tool the candidate closest to
+    its tau_f (how far a loss must move for a kept decision to change).
 ``python -m toolformer.published.lab starts MODEL TOKEN [TOKEN ...]``
     The loss per token of held-out sentences read after each start token: which token the model was pre-trained
     to read a document after.
@@ -97,6 +98,20 @@ def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)
                          "right": c["kept_right"], "precision": c["precision"], "recall": c["recall_right"],
                          "gold": c["gold"]})
     return rows
+
+
+def closest_to_tau(run_dir: str) -> dict[str, float]:
+    """Per tool: the smallest |L⁻ − L⁺ − tau_f| of its scored candidates. Another CPU kernel or batch moves a loss
+    in its last digits (1e-5 to 1e-4 nats); a kept decision can change only where this is as small."""
+    from toolformer.rundir.files import read_jsonl
+
+    out: dict[str, float] = {}
+    for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")):
+        for r in read_jsonl(f):
+            if r.get("loss_plus") is not None:
+                gap = abs(r["loss_minus"] - r["loss_plus"] - r["tau_filter"])
+                out[r["tool"]] = min(out.get(r["tool"], gap), gap)
+    return out
 
 
 def per_position(run_dir: str, limits: tuple[int, ...] = (6, 12, 18, 24)) -> list[dict]:
@@ -191,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = per_position(args.run_dir, tuple(args.limits)) if args.what == "per-position" else margins(args.run_dir)
     for row in rows:
         print(json.dumps(row))
+    if args.what == "margins":
+        print(json.dumps({"closest_to_tau": closest_to_tau(args.run_dir)}))
     return 0
 
 
