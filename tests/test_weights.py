@@ -292,3 +292,29 @@ def test_the_pinned_smollm2_package_imports(smollm2_dir):
     assert (record["tokenizer"]["release_bos"], record["tokenizer"]["release_eos"]) == ("<|im_start|>", "<|im_end|>")
     assert record["check"]["max_abs_logit_diff"] <= 1e-4 and record["licence"]["name"] == "Apache-2.0"
     assert (smollm2_dir / "LICENSE").is_file() and (smollm2_dir / "chat_template.jinja").is_file()
+
+
+def test_the_published_demo_uses_a_cached_import_and_asks_for_an_unaccepted_licence(tmp_path, monkeypatch):
+    """`pretrain.weights`: an import in the cache of the pinned GGUF is used as it is (nothing installed); one whose
+    licence was not accepted goes to `fetch`, which refuses it naming --accept-licence."""
+    from toolformer.published.demo import fetched
+    from toolformer.worlds import importing
+
+    monkeypatch.setenv("TOOLFORMER_CACHE", str(tmp_path))
+    calls = []
+
+    def no_fetch(name, *args, **kwargs):
+        calls.append(name)
+        raise WeightsError(f"{name}: under its terms; pass --accept-licence")
+
+    monkeypatch.setattr(importing, "fetch", no_fetch)
+    for name, accepted in (("smollm2", None), ("gemma3-270m", False)):
+        folder = tmp_path / "models" / name
+        folder.mkdir(parents=True)
+        (folder / "import.json").write_text(json.dumps({"format": 2, "gguf": {"sha256": weights.PINS[name].sha256},
+                                                        "licence": {"accepted": accepted}}))
+    record, folder = fetched("smollm2")
+    assert folder == tmp_path / "models" / "smollm2" and record["format"] == 2 and calls == []
+    with pytest.raises(WeightsError, match="--accept-licence"):
+        fetched("gemma3-270m")
+    assert calls == ["gemma3-270m"]
