@@ -263,3 +263,13 @@ def test_begin_training_keeps_an_interrupted_trainings_checkpoints(tmp_path):
         begin_training(out, force)
         assert not (out / "pretrain.json").exists()
         assert (out / "checkpoints").exists() == kept, (force, record)
+
+
+def test_pretrain_on_a_config_whose_base_model_is_pretrained_says_so(tmp_path, capsys):
+    """configs/published.yaml annotates SmolLM2 (pretrain.weights): `published pretrain` has nothing to train and
+    names the config of the model trained here."""
+    code = main(["published", "pretrain", "--config", str(ROOT / "configs" / "published.yaml"),
+                 f"run_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "pretrained smollm2 (pretrain.weights), nothing to train" in err
+    assert "configs/published-scratch.yaml" in err and not (tmp_path / "run").exists()

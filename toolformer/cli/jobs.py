@@ -147,6 +147,10 @@ def cmd_published(args) -> int:
     from toolformer.published.config import check_outputs, holding
 
     pw = load_published_world(args)
+    if args.published_command == "pretrain" and pw.pretrain.weights:
+        raise ValueError(f"published pretrain: this config's base model is the pretrained {pw.pretrain.weights} "
+                         "(pretrain.weights), nothing to train: the model trained here is that of "
+                         "--config configs/published-scratch.yaml (or set pretrain.weights='')")
     which = ("world",) if args.published_command == "build" else ("world", "base")
     check_outputs(pw, which)  # before the run folder is claimed: nothing of the user's is touched
 
