@@ -65,7 +65,8 @@ def pretrain_key(cfg: PublishedWorldConfig, root: Path) -> str:
     """What the base model depends on: the sha256 of its texts (pre-training, and the tokenizer's), the
     pre-training settings but its folders and schedule of checks, the seed and the format."""
     pc = {k: v for k, v in vars(cfg.pretrain).items()
-          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "init_from")}
+          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "init_from",
+                       "weights")}  # weights: a pretrained model instead, when set; nothing trained here
     texts = {"pretrain": sha256_file(root / "pretrain.jsonl"),
              "tokenizer": hashlib.sha256("\n".join(tokenizer_texts(root)).encode()).hexdigest()}
     if cfg.pretrain.init_from:  # the model continued, by the sha256 of its weights
