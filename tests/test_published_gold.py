@@ -196,3 +196,20 @@ def test_the_loss_after_each_start_token(tiny_model_dir, tok):
     got = start_losses(tiny_model_dir, ["7 + 8 = 15", "The river runs by the town."], [tok.bos_token, tok.pad_token])
     assert set(got) == {tok.bos_token, tok.pad_token} and all(0 < v < 50 for v in got.values())
     assert got[tok.bos_token] != got[tok.pad_token]
+
+
+def test_the_filters_losses_with_the_call_inline(data, tmp_path, tiny_model_dir):
+    """`lab inline`: every scored record recomputed with the call inside the text; L(ε) inline is the loss of the
+    text itself at that point, the same for every call at one position; the comparison counts both placements."""
+    from toolformer.published.placement import compare, inline_records
+
+    docs = docs_of(data, MAWPS, "mawps")[:1]
+    d = docs[0]["doc_id"]
+    run = make_run(tmp_path, docs=docs, calls=[(d, "Calculator", "7 + 1", "6.", "8", 3.0, 2.5, 0.4),
+                                               (d, "Calculator", "7 - 1", "6.", "6", 3.0, 2.5, 0.4)])
+    records = inline_records(run, tiny_model_dir)
+    assert len(records) == 2 and records[0]["loss_none"] == records[1]["loss_none"] > 0
+    assert all(r["loss_minus"] <= r["loss_none"] and r["kept"] == (r["loss_minus"] - r["loss_plus"] >= 0.5)
+               for r in records)
+    rows = {r["placement"]: r for r in compare(run, tiny_model_dir)}
+    assert set(rows) == {"prefix", "inline"} and rows["prefix"]["scored"] == rows["inline"]["scored"] == 2

@@ -16,6 +16,9 @@
     The gold report of any run of the world's corpus (``results.json`` → ``gold``, ``gold_by_tau``).
 ``python -m toolformer.published.lab per-position RUN_DIR [--limits N ...]``
     Fewer rule candidates per position (``sample.max_rule_candidates``), replayed on the run's filter records.
+``python -m toolformer.published.lab inline RUN_DIR [--model M]``
+    The filter's losses with the call inline instead of as a prefix, judged by M, against the gold
+    (:mod:`.placement`).
 ``python -m toolformer.published.lab needed RUN_DIR [--model M]``
     The gold calculations the base model (``--model``, default the run's ``model.path``) gets wrong when it
     continues the text itself, and the share of them with a right kept call (:mod:`.needed`).
@@ -173,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
     lim = sub.add_parser("per-position")
     lim.add_argument("run_dir")
     lim.add_argument("--limits", type=int, nargs="+", default=[6, 12, 18, 24])
+    il = sub.add_parser("inline")
+    il.add_argument("run_dir")
+    il.add_argument("--model", default="", help="the judge (default: the run's model.path)")
     n = sub.add_parser("needed")
     n.add_argument("run_dir")
     n.add_argument("--model", default="", help="the model to ask (default: the run's model.path)")
@@ -188,6 +194,12 @@ def main(argv: list[str] | None = None) -> int:
         from toolformer.published.gold import gold_report
 
         print(json.dumps(gold_report(args.run_dir), indent=1))
+        return 0
+    if args.what == "inline":
+        from toolformer.published.placement import compare
+
+        for row in compare(args.run_dir, args.model or _run_model(args.run_dir)):
+            print(json.dumps(row))
         return 0
     if args.what == "needed":
         from toolformer.published.needed import needed_recall
