@@ -157,7 +157,7 @@ def _run_model(run_dir: str) -> str:
     return str(read_yaml_config(Path(run_dir) / "config.yaml")["model"]["path"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m toolformer.published.lab")
     sub = p.add_subparsers(dest="what", required=True)
     c = sub.add_parser("copy")
@@ -182,7 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     n = sub.add_parser("needed")
     n.add_argument("run_dir")
     n.add_argument("--model", default="", help="the model to ask (default: the run's model.path)")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.what == "starts":
         from toolformer.rundir.files import read_jsonl
 
