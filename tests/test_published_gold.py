@@ -198,18 +198,34 @@ def test_the_loss_after_each_start_token(tiny_model_dir, tok):
     assert got[tok.bos_token] != got[tok.pad_token]
 
 
-def test_the_filters_losses_with_the_call_inline(data, tmp_path, tiny_model_dir):
-    """`lab inline`: every scored record recomputed with the call inside the text; L(ε) inline is the loss of the
-    text itself at that point, the same for every call at one position; the comparison counts both placements."""
+def test_the_filters_losses_with_the_call_inline(data, tmp_path, tiny_model_dir, tok):
+    """`lab inline`: each scored record's losses recomputed with the call inside the text equal the reference
+    (tests/reference.py) given the text before it, the call and the separator, within 1e-5 nats; the comparison
+    counts both placements."""
+    from reference import reference_loss
+    from transformers import AutoModelForCausalLM
+
+    from toolformer.inspect.view import read_stage
+    from toolformer.lm.modeling import document_start
     from toolformer.published.placement import compare, inline_records
+    from toolformer.rundir.folder import read_documents
 
     docs = docs_of(data, MAWPS, "mawps")[:1]
     d = docs[0]["doc_id"]
     run = make_run(tmp_path, docs=docs, calls=[(d, "Calculator", "7 + 1", "6.", "8", 3.0, 2.5, 0.4),
                                                (d, "Calculator", "7 - 1", "6.", "6", 3.0, 2.5, 0.4)])
-    records = inline_records(run, tiny_model_dir)
-    assert len(records) == 2 and records[0]["loss_none"] == records[1]["loss_none"] > 0
-    assert all(r["loss_minus"] <= r["loss_none"] and r["kept"] == (r["loss_minus"] - r["loss_plus"] >= 0.5)
-               for r in records)
+    documents = read_documents(run)
+    records = inline_records(read_stage(run, "filter").records, documents, tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    encode = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
+    assert len(records) == 2
+    for r in records:
+        text, at = documents[d]["text"], r["char_start"]
+        before, after = document_start(tok) + encode(text[:at]), encode(text[at:])
+        for key, call in (("loss_none", ""), ("loss_no_result", r["call_text_no_result"] + " "),
+                          ("loss_with_result", r["call_text"] + " ")):
+            want = reference_loss(model, before + encode(call), after, 0)
+            assert r[key] == pytest.approx(want, abs=1e-5), key
+        assert r["kept"] == (min(r["loss_none"], r["loss_no_result"]) - r["loss_with_result"] >= 0.5)
     rows = {r["placement"]: r for r in compare(run, tiny_model_dir)}
     assert set(rows) == {"prefix", "inline"} and rows["prefix"]["scored"] == rows["inline"]["scored"] == 2

@@ -294,27 +294,17 @@ def test_the_pinned_smollm2_package_imports(smollm2_dir):
     assert (smollm2_dir / "LICENSE").is_file() and (smollm2_dir / "chat_template.jinja").is_file()
 
 
-def test_the_published_demo_uses_a_cached_import_and_asks_for_an_unaccepted_licence(tmp_path, monkeypatch):
-    """`pretrain.weights`: an import in the cache of the pinned GGUF is used as it is (nothing installed); one whose
-    licence was not accepted goes to `fetch`, which refuses it naming --accept-licence."""
-    from toolformer.published.demo import fetched
-    from toolformer.worlds import importing
-
-    monkeypatch.setenv("TOOLFORMER_CACHE", str(tmp_path))
-    calls = []
-
-    def no_fetch(name, *args, **kwargs):
-        calls.append(name)
-        raise WeightsError(f"{name}: under its terms; pass --accept-licence")
-
-    monkeypatch.setattr(importing, "fetch", no_fetch)
-    for name, accepted in (("smollm2", None), ("gemma3-270m", False)):
-        folder = tmp_path / "models" / name
-        folder.mkdir(parents=True)
-        (folder / "import.json").write_text(json.dumps({"format": 2, "gguf": {"sha256": weights.PINS[name].sha256},
-                                                        "licence": {"accepted": accepted}}))
-    record, folder = fetched("smollm2")
-    assert folder == tmp_path / "models" / "smollm2" and record["format"] == 2 and calls == []
+def test_an_accepted_licence_holds_for_its_imported_folder(tmp_path):
+    """Terms accepted once (recorded in import.json) hold for that folder: importing it again (the published demo's
+    `pretrain.weights`) needs no --accept-licence; another folder, or one whose record says not accepted, does."""
+    pin, site = chunked_pin(tmp_path, write_gguf(tmp_path / "tiny.gguf"))
+    first, written = import_weights("tiny", tmp_path / "model", site, accept=True, pin=pin)
+    again, written_again = import_weights("tiny", tmp_path / "model", site, pin=pin)
+    assert written and not written_again and again == first and again["licence"]["accepted"] is True
     with pytest.raises(WeightsError, match="--accept-licence"):
-        fetched("gemma3-270m")
-    assert calls == ["gemma3-270m"]
+        import_weights("tiny", tmp_path / "other", site, pin=pin)
+    record = json.loads((tmp_path / "model" / "import.json").read_text())
+    (tmp_path / "model" / "import.json").write_text(json.dumps(record | {"licence": record["licence"] | {
+        "accepted": False}}))
+    with pytest.raises(WeightsError, match="--accept-licence"):
+        import_weights("tiny", tmp_path / "model", site, pin=pin)

@@ -124,33 +124,16 @@ def nothing_kept(p: PipelineConfig) -> None:
                      "\"Where it stands\")")
 
 
-def fetched(name: str) -> tuple[dict, Path]:
-    """(record, folder) of the pinned model ``name`` in the cache: an import there of the pinned GGUF, in this
-    format, its licence accepted where it must be, is used as it is; else ``toolformer weights fetch NAME`` (a
-    licence to accept is refused, naming ``--accept-licence``)."""
-    from toolformer.worlds.convert import FORMAT, finished
-    from toolformer.worlds.importing import fetch
-    from toolformer.worlds.weights import PINS, cache_dir, find_pin
-
-    pin = find_pin(name) or PINS[name]
-    folder = cache_dir() / "models" / pin.name
-    record = finished(folder) if folder.is_dir() else None
-    if (record and record.get("format") == FORMAT and record.get("gguf", {}).get("sha256") == pin.sha256
-            and (not pin.accept or record.get("licence", {}).get("accepted"))):
-        return record, folder
-    record, _written, folder = fetch(name)
-    return record, folder
-
-
 def base_model(cfg: PublishedWorldConfig, force: bool, timed: Timer) -> Path:
     """The model annotated and tuned: ``model.path`` when set; else the pretrained model ``pretrain.weights`` names
     (fetched into the cache once: :func:`toolformer.worlds.importing.fetch`); else the one trained here."""
     from toolformer.published.pretrain import pretrain_base_model
+    from toolformer.worlds.importing import fetch
 
     if cfg.pipeline.model.path:
         return Path(cfg.pipeline.model.path)
     if cfg.pretrain.weights:
-        record, folder = timed("weights", lambda: fetched(cfg.pretrain.weights))
+        record, _written, folder = timed("weights", lambda: fetch(cfg.pretrain.weights))
         print(f"demo: base model {record['model_name']} ({record['model']['parameters']:,} parameters) in {folder}")
         return folder
     with holding(cfg, ("base",)):

@@ -27,7 +27,6 @@
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 from pathlib import Path
 
@@ -76,14 +75,20 @@ def start_losses(model_dir: str, texts: list[str], starts: list[str], max_tokens
     return out
 
 
+def _filter_records(run_dir: str) -> list[dict]:
+    """The run's filter records, read and checked as every stage reads them."""
+    from toolformer.inspect.view import read_stage
+
+    return read_stage(Path(run_dir), "filter").records
+
+
 def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)) -> list[dict]:
     """Per tool with gold and per top fraction of its candidates by L⁻ − L⁺: calls, the smallest margin among
     them, right ones against gold, precision and recall."""
     from toolformer.inspect.gold import match_gold
-    from toolformer.rundir.files import read_jsonl
     from toolformer.rundir.folder import read_documents
 
-    records = [r for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")) for r in read_jsonl(f)]
+    records = _filter_records(run_dir)
     documents = read_documents(run_dir)
     rows = []
     for tool in GOLD_SOURCES:
@@ -106,14 +111,11 @@ def margins(run_dir: str, fractions: tuple[float, ...] = (1.0, 0.1, 0.01, 0.001)
 def closest_to_tau(run_dir: str) -> dict[str, float]:
     """Per tool: the smallest |L⁻ − L⁺ − tau_f| of its scored candidates. Another CPU kernel or batch moves a loss
     in its last digits (1e-5 to 1e-4 nats); a kept decision can change only where this is as small."""
-    from toolformer.rundir.files import read_jsonl
-
     out: dict[str, float] = {}
-    for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")):
-        for r in read_jsonl(f):
-            if r.get("loss_plus") is not None:
-                gap = abs(r["loss_minus"] - r["loss_plus"] - r["tau_filter"])
-                out[r["tool"]] = min(out.get(r["tool"], gap), gap)
+    for r in _filter_records(run_dir):
+        if r.get("loss_plus") is not None:
+            gap = abs(r["loss_minus"] - r["loss_plus"] - r["tau_filter"])
+            out[r["tool"]] = min(out.get(r["tool"], gap), gap)
     return out
 
 
@@ -123,10 +125,9 @@ def per_position(run_dir: str, limits: tuple[int, ...] = (6, 12, 18, 24)) -> lis
     proposer's order) been proposed, against the gold. Each candidate's losses do not depend on the others', so
     this is what a run with the lower limit keeps (the chain stage's rounds aside)."""
     from toolformer.inspect.gold import match_gold
-    from toolformer.rundir.files import read_jsonl
     from toolformer.rundir.folder import read_documents
 
-    records = [r for f in sorted(glob.glob(f"{run_dir}/filter/shard-*.jsonl")) for r in read_jsonl(f)]
+    records = _filter_records(run_dir)
     documents = read_documents(run_dir)
     rows = []
     for tool in GOLD_SOURCES:
@@ -157,20 +158,29 @@ def _run_model(run_dir: str) -> str:
     return str(read_yaml_config(Path(run_dir) / "config.yaml")["model"]["path"])
 
 
+def _heldout_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--world", default="runs/published/world", help="the world folder whose heldout.jsonl is read")
+    p.add_argument("--texts", type=int, default=60, help="how many of its sentences")
+
+
+def _heldout(args) -> list[str]:
+    from toolformer.rundir.files import read_jsonl
+
+    return [d["text"] for d in read_jsonl(Path(args.world) / "heldout.jsonl")][: args.texts]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m toolformer.published.lab")
     sub = p.add_subparsers(dest="what", required=True)
     c = sub.add_parser("copy")
     c.add_argument("models", nargs="+")
-    c.add_argument("--world", default="runs/published/world")
-    c.add_argument("--texts", type=int, default=60)
+    _heldout_args(c)
     m = sub.add_parser("margins")
     m.add_argument("run_dir")
     st = sub.add_parser("starts")
     st.add_argument("model")
     st.add_argument("tokens", nargs="+")
-    st.add_argument("--world", default="runs/published/world")
-    st.add_argument("--texts", type=int, default=60)
+    _heldout_args(st)
     g = sub.add_parser("gold")
     g.add_argument("run_dir")
     lim = sub.add_parser("per-position")
@@ -188,10 +198,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.what == "starts":
-        from toolformer.rundir.files import read_jsonl
-
-        texts = [d["text"] for d in read_jsonl(Path(args.world) / "heldout.jsonl")][: args.texts]
-        for start, loss in start_losses(args.model, texts, args.tokens).items():
+        for start, loss in start_losses(args.model, _heldout(args), args.tokens).items():
             print(f"{args.model}: after {start} a held-out sentence costs {loss:.3f} nats per token")
         return 0
     if args.what == "gold":
@@ -212,9 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(needed_recall(args.run_dir, model), indent=1))
         return 0
     if args.what == "copy":
-        from toolformer.rundir.files import read_jsonl
-
-        texts = [d["text"] for d in read_jsonl(Path(args.world) / "heldout.jsonl")][: args.texts]
+        texts = _heldout(args)
         for model in args.models:
             a, b = copy_probe(model, texts)
             print(f"{model}: loss per token of a held-out sentence {a:.2f}, the same sentence said again {b:.2f}")

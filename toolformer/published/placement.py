@@ -25,32 +25,32 @@ def _loss(model, ids: list[int], start: int, weights: list[float]) -> float:
                 for t, w in enumerate(weights) if start + t < len(ids))
 
 
-def inline_records(run_dir: str | Path, model_dir: str, horizon: int = 5, separator: str = " ") -> list[dict]:
-    """The run's scored filter records with their losses recomputed inline by ``model_dir`` (``loss_none``,
-    ``loss_no_result``, ``loss_with_result``, ``loss_minus``, ``loss_plus``; ``kept`` at the record's τ_f)."""
+def inline_records(records: list[dict], documents: dict[str, dict], model_dir: str, horizon: int = 5,
+                   separator: str = " ") -> list[dict]:
+    """The scored filter ``records`` with their losses recomputed inline by ``model_dir`` (``loss_none``,
+    ``loss_no_result``, ``loss_with_result``, ``loss_minus``, ``loss_plus``; ``kept`` at the record's τ_f). The
+    text around a position and L(ε) there are computed once for all the calls proposed at it."""
     from toolformer.config.schema import ModelConfig
-    from toolformer.inspect.view import read_stage
     from toolformer.lm.losses import is_kept, loss_minus, loss_weights
     from toolformer.lm.modeling import document_start, load
-    from toolformer.rundir.folder import read_documents
 
-    run_dir = Path(run_dir)
     model, tok = load(ModelConfig(path=model_dir, dtype="float32", device="cpu"))
     start, weights = document_start(tok), loss_weights(horizon)
-    documents = read_documents(run_dir)
+    at: dict[tuple[str, int], tuple[list[int], list[int], float]] = {}  # (doc, char) -> before, after, L(ε)
     out = []
-    for r in read_stage(run_dir, "filter").records:
-        if r.get("loss_plus") is None:
-            continue
-        text = documents[r["doc_id"]]["text"]
-        before = start + tok(text[: r["char_start"]], add_special_tokens=False)["input_ids"]
-        after = tok(text[r["char_start"]:], add_special_tokens=False)["input_ids"][: horizon]
-        losses = {}
-        for key, call in (("loss_none", None), ("loss_no_result", r["call_text_no_result"]),
-                          ("loss_with_result", r["call_text"])):
-            inserted = [] if call is None else tok(call + separator, add_special_tokens=False)["input_ids"]
-            losses[key] = round(_loss(model, before + inserted + after, len(before) + len(inserted), weights), 6)
-        lm, lp = loss_minus(losses["loss_none"], losses["loss_no_result"]), losses["loss_with_result"]
+    for r in records:
+        key = (r["doc_id"], r["char_start"])
+        if key not in at:
+            text = documents[r["doc_id"]]["text"]
+            before = start + tok(text[: r["char_start"]], add_special_tokens=False)["input_ids"]
+            after = tok(text[r["char_start"]:], add_special_tokens=False)["input_ids"][: horizon]
+            at[key] = before, after, round(_loss(model, before + after, len(before), weights), 6)
+        before, after, l_none = at[key]
+        losses = {"loss_none": l_none}
+        for name, call in (("loss_no_result", r["call_text_no_result"]), ("loss_with_result", r["call_text"])):
+            inserted = tok(call + separator, add_special_tokens=False)["input_ids"]
+            losses[name] = round(_loss(model, before + inserted + after, len(before) + len(inserted), weights), 6)
+        lm, lp = loss_minus(l_none, losses["loss_no_result"]), losses["loss_with_result"]
         out.append(r | losses | {"loss_minus": lm, "loss_plus": lp, "kept": is_kept(lm, lp, r["tau_filter"])})
     return out
 
@@ -65,7 +65,7 @@ def compare(run_dir: str | Path, model_dir: str) -> list[dict]:
     documents = read_documents(Path(run_dir))
     prefix = [r for r in read_stage(Path(run_dir), "filter").records if r.get("loss_plus") is not None]
     rows = []
-    for placement, records in (("prefix", prefix), ("inline", inline_records(run_dir, model_dir))):
+    for placement, records in (("prefix", prefix), ("inline", inline_records(prefix, documents, model_dir))):
         judged = match_gold(records, documents) or {"per_tool": {}}
         for tool in sorted({r["tool"] for r in records}):
             c = judged["per_tool"].get(tool, {})

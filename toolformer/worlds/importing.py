@@ -56,7 +56,7 @@ def import_pinned(pin: Pin, out: Path, site: Path | None, accept: bool, force: b
     """:func:`import_weights` of a pin: its packages at the pinned version, its licence accepted where it must be,
     its GGUF (assembled from its chunks where it has several) of the pinned sha256."""
     root = check_packages(pin, site)
-    check_licence(pin, root, accept)
+    check_licence(pin, root, accept or _accepted_before(pin, out))
     if check_out(out, pin.sha256, force):
         return finished(out) or {}, False
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -78,6 +78,14 @@ def import_pinned(pin: Pin, out: Path, site: Path | None, accept: bool, force: b
         return convert(tmp, out, record, force), True
     finally:
         shutil.rmtree(tmp.parent, ignore_errors=True)
+
+
+def _accepted_before(pin: Pin, out: Path) -> bool:
+    """Whether ``out`` holds this pin's import (its GGUF, this format) whose record says its licence was accepted:
+    the acceptance holds for that folder, and a later fetch or import of it (a demo's) need not repeat it."""
+    record = finished(out) if out.is_dir() else None
+    return bool(record and record.get("format") == FORMAT and record.get("gguf", {}).get("sha256") == pin.sha256
+                and record.get("licence", {}).get("accepted"))
 
 
 def fetch(name: str, out: Path | None = None, cache: Path | None = None, accept: bool = False,
