@@ -63,3 +63,40 @@ def test_constrained_bench_times_the_masking(capsys, monkeypatch, repo_root):
     (row,) = [v for k, v in out.items() if k.startswith("vocab_")]
     assert row["rows_masked"] > 0 and row["masks"] > 0
     assert 0 < row["masking_seconds_warm"] <= row["seconds_warm"] and row["masking_share_cold"] < 1
+
+
+@pytest.mark.slow
+def test_the_bench_on_a_model_folder_measures_the_filter_finetuning_and_generation(tiny_model_dir, tmp_path,
+                                                                                   capsys, monkeypatch, repo_root):
+    """``--weights FOLDER`` (a pretrained model; here the tiny one) with ``--run``: every ratio and speed."""
+    from toolformer.config.load import load_config
+    from toolformer.config.schema import PipelineConfig
+    from toolformer.pipeline import save_resolved_config
+
+    monkeypatch.chdir(repo_root)
+    overrides = [f"run_dir={tmp_path / 'run'}", f"model.path={tiny_model_dir}", f"finetune.output_dir={tiny_model_dir}"]
+    cfg = load_config(PipelineConfig, "configs/tiny.yaml", overrides)
+    save_resolved_config(cfg)
+    from toolformer.cli.app import main as cli
+
+    assert cli(["bench", "--weights", tiny_model_dir, "-n", "20", "--naive-n", "2", "--sample-docs", "1", "--rows", "2",
+                 "--row-tokens", "32", "--steps", "1", "--threads", "1", "--run", str(tmp_path / "run"),
+                 "--generate-items", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    out = json.loads(lines[-1])
+    assert out["folder"] == tiny_model_dir and out["N"] == 20 and out["vocabulary"] > 0
+    for key in ("filter_over_limit", "filter_over_naive", "filter_over_reference", "sample_cache_speedup"):
+        assert out[key] > 0, key
+    assert out["finetune"]["rows"] == "2x32" and out["finetune"]["tokens_per_s"] > 0
+    assert out["finetune"]["peak_rss_mib"] > 0
+    gen = out["generate"]
+    assert {"math", "qa"} <= set(gen) and gen["math"]["items"] == 2
+    assert gen["math"]["tools"]["tokens_per_s"] > 0 and gen["math"]["no_tools"]["calls"] == 0
+    assert "of the forward limit" in lines[-2] and "generate math:" in lines[-2]
+
+
+def test_the_bench_names_a_run_folder_without_its_config(tmp_path):
+    from toolformer.bench.realmodel import generation_speed
+
+    with pytest.raises(ValueError, match="no config.yaml there"):
+        generation_speed(str(tmp_path), 2)

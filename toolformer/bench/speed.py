@@ -57,9 +57,9 @@ def build_model(name: str, dtype: torch.dtype, device: torch.device):
     return model.to(device=device, dtype=dtype).eval(), vocab  # type: ignore[call-arg]  # to: @wraps(Module.to)
 
 
-def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
+def make_requests(n: int, vocab: int, per_position: int, seed: int = 0, bos: int = 0):
     """N candidates on documents of 64–320 tokens, ``per_position`` calls per
-    position, each with the three prefixes of the method."""
+    position, each with the three prefixes of the method (``bos`` first)."""
     from toolformer.lm.scoring import LossRequest
 
     rng = random.Random(seed)
@@ -74,10 +74,10 @@ def make_requests(n: int, vocab: int, per_position: int, seed: int = 0):
             pos = rng.randrange(1, len(texts[key]) - 1)
             for _ in range(per_position):
                 call = tuple(rng.randrange(3, vocab) for _ in range(rng.randint(8, 20)))
-                no_result = (0,) + call + (4, 5)
-                with_result = (0,) + call + (4, 6, 7, 8, 5)
+                no_result = (bos,) + call + (4, 5)
+                with_result = (bos,) + call + (4, 6, 7, 8, 5)
                 shared = len(call) + 2  # BOS + call + arrow: common to both variants
-                cands.append((LossRequest((0,), key, pos), LossRequest(no_result, key, pos, shared),
+                cands.append((LossRequest((bos,), key, pos), LossRequest(no_result, key, pos, shared),
                               LossRequest(with_result, key, pos, shared)))
     return texts, cands[:n]
 
@@ -139,7 +139,8 @@ def bench_reference(model, texts, cands, device, limit_n: int) -> float:
     return min(limit_n, len(cands)) / secs
 
 
-def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
+def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0, tokenizer=None) -> float:
+    """Documents/s of position scoring + call sampling (``tokenizer``: the model's; else one trained here)."""
     from toolformer.lm.sampler import Sampler
     from toolformer.lm.textpos import tokenize_text
     from toolformer.lm.tokenizer import train_tokenizer
@@ -147,11 +148,11 @@ def bench_sample(model, device, docs: int, reuse: bool, seed: int = 0) -> float:
     from toolformer.tools.calls import STYLES
 
     global _TOK
-    if _TOK is None:
+    if _TOK is None and tokenizer is None:
         from toolformer.lm.modeling import tiny_tokenizer_texts
 
         _TOK = train_tokenizer(tiny_tokenizer_texts(), vocab_size=600)  # the repository's data/
-    tok = _TOK
+    tok = tokenizer or _TOK
     rng = random.Random(seed)
     words = ["the", "mill", "sold", "sacks", "of", "grain", "in", "spring", "and", "autumn", "with"]
     texts = [" ".join(rng.choice(words) if rng.random() < 0.7 else str(rng.randint(10, 9999)) for _ in range(40))
@@ -291,11 +292,20 @@ def measure(model_name: str, candidates: int, naive_n: int, sample_docs: int, de
             dtype: torch.dtype, per_position: int = 4, batch_tokens: int = 16384, share_rows: bool = True,
             share_prefixes: bool = False, profile: bool = False) -> dict:
     """The filter, the limit, the naive loop and the sampler on one model built in code (see the module)."""
+    model, vocab = build_model(model_name, dtype, device)
+    return {"model": model_name} | measure_model(model, vocab, candidates, naive_n, sample_docs, device,
+                                                 per_position, batch_tokens, share_rows, share_prefixes, profile)
+
+
+def measure_model(model, vocab: int, candidates: int, naive_n: int, sample_docs: int, device: torch.device,
+                  per_position: int = 4, batch_tokens: int = 16384, share_rows: bool = True,
+                  share_prefixes: bool = False, profile: bool = False, tokenizer=None, bos: int = 0) -> dict:
+    """:func:`measure` on a model already loaded (``tokenizer`` and ``bos``: its own, for a pretrained one)."""
     from toolformer.lm.scoring import LossScorer
 
-    model, vocab = build_model(model_name, dtype, device)
+    dtype = next(model.parameters()).dtype
     params = sum(p.numel() for p in model.parameters())
-    texts, cands = make_requests(candidates, vocab, per_position)
+    texts, cands = make_requests(candidates, vocab, per_position, bos=bos)
     requests = [r for c in cands for r in c]
 
     scorer = LossScorer(model, 1, window=1024, horizon=5, batch_tokens=batch_tokens, share_rows=share_rows,
@@ -309,10 +319,10 @@ def measure(model_name: str, candidates: int, naive_n: int, sample_docs: int, de
     limit_tps = bench_limit(model, scorer.tokens_scored, vocab, max(64, mean_row), batch_tokens, device)
     naive_cps = bench_naive(model, texts, cands, device, naive_n)
     reference_cps = bench_reference(model, texts, cands, device, naive_n * 2)
-    s_cache = bench_sample(model, device, sample_docs, True) if vocab >= 600 else None
-    s_plain = bench_sample(model, device, sample_docs, False) if vocab >= 600 else None
+    s_cache = bench_sample(model, device, sample_docs, True, tokenizer=tokenizer) if vocab >= 600 else None
+    s_plain = bench_sample(model, device, sample_docs, False, tokenizer=tokenizer) if vocab >= 600 else None
     result = {
-        "model": model_name, "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+        "params": params, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
         "cpu_kernel": torch.backends.cpu.get_cpu_capability().lower(), "threads": torch.get_num_threads(),
         "N": len(cands), "share_rows": share_rows, "share_prefixes": share_prefixes and share_rows,
         "filter_tokens": scorer.tokens_scored,

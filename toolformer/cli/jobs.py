@@ -51,6 +51,10 @@ def cmd_bench(args) -> int:
         from toolformer.bench.contention import main as contention_main
 
         return contention_main([a for a in args.args if a != "--contention"])
+    if "--weights" in args.args:
+        from toolformer.bench.realmodel import main as weights_main
+
+        return weights_main(args.args)
     from toolformer.bench.speed import main as bench_main
 
     return bench_main(args.args)

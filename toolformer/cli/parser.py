@@ -300,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_preflight_command(sub)
     _add_weights_commands(sub)
     p = sub.add_parser("bench", help="benchmark the filter and sampler against raw forward speed (--contention: "
-                                     "shared cores; --lmeval: toolformer lm-eval against evaluate on the same items)")
+                                     "shared cores; --lmeval: toolformer lm-eval against evaluate on the same items; "
+                                     "--weights NAME: on a real pretrained model)")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments of scripts/bench.py")
     return parser
 

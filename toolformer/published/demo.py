@@ -29,9 +29,9 @@ PAPER = {"lama": (31.9, 53.5), "asdiv": (7.5, 40.4), "mawps": (9.9, 44.0), "svam
 """The paper's GPT-J numbers (Tables 3 and 4): (without tools, Toolformer)."""
 
 
-def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path) -> PipelineConfig:
-    """The pipeline config pointed at the world's files and the base model, with its evaluation sets and the
-    control and two-call rows."""
+def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path, extras: bool = True) -> PipelineConfig:
+    """The pipeline config pointed at the world's files and the base model, with its evaluation sets and (with
+    ``extras``) the control and two-call rows."""
     p = copy.deepcopy(cfg.pipeline)
     p.model.path = p.model.path or str(base)  # model.path set: annotate and tune that model instead
     p.corpus.path = str(root / "corpus.jsonl")
@@ -47,9 +47,10 @@ def world_pipeline(cfg: PublishedWorldConfig, root: Path, base: Path) -> Pipelin
         p.evaluate.tasks += [TaskConfig(name=n, path=str(root / "eval" / f"{n}.jsonl"), format="gsm8k", kind="math",
                                         prompt=d.math_prompt, max_new_tokens=k) for n, k in tokens.items()]
     run = Path(p.run_dir)
-    p.evaluate.extra_models = [ExtraModel(name="control", path=str(run / "control" / "model")),
-                               ExtraModel(name="toolformer_2calls", path=str(run / "model"), tools=True, max_calls=2,
-                                          top_k_trigger=1)]
+    p.evaluate.extra_models = [
+        ExtraModel(name="control", path=str(run / "control" / "model")),
+        ExtraModel(name="toolformer_2calls", path=str(run / "model"), tools=True, max_calls=2, top_k_trigger=1),
+    ] if extras else []
     return p
 
 
@@ -105,6 +106,9 @@ def _print(results: dict) -> None:
           f"{sum(c['training_documents_left_out'].values()):,} training documents holding one left out; longest "
           f"shared n-gram {c['longest_shared']['words']} words")
     print("wall time: " + ", ".join(f"{k} {v:.0f} s" for k, v in results["wall_seconds"].items()))
+    if results["wall_seconds_run"]["total"] > results["wall_seconds"]["total"] + 1:
+        print("wall time of the run over every invocation: "
+              + ", ".join(f"{k} {v:.0f} s" for k, v in results["wall_seconds_run"].items()))
 
 
 def nothing_kept(p: PipelineConfig) -> None:
@@ -140,27 +144,52 @@ def base_model(cfg: PublishedWorldConfig, force: bool, timed: Timer) -> Path:
         return timed("pretrain", lambda: pretrain_base_model(cfg, force=force))
 
 
-def run_published(cfg: PublishedWorldConfig, force: bool = False) -> dict:
-    """The demo on published data into ``cfg.run_dir``; returns what ``RUN_DIR/results.json`` holds."""
-    from toolformer.published.world import build_world
+def tune(p: PipelineConfig, base: Path, force: bool, timed: Timer, extras: bool, empty_ok: bool) -> None:
+    """build → finetune (and the control model with ``extras``). Where the filter kept no call and ``empty_ok``,
+    nothing is tuned: the rows of the tuned model are the base model's, with tools and without (the method
+    leaves the model as it was), and the control and two-call rows are left out."""
     from toolformer.stages import run_stage
 
-    timed = Timer()
-    start_run(cfg.run_dir, "published.yaml", dump_published(cfg))
-    with holding(cfg, ("world",)):  # each output folder outside the run folder: locked while it is written
-        root = timed("world", lambda: build_world(cfg, force=force))
-    base = base_model(cfg, force, timed)
-    p = world_pipeline(cfg, root, base)
-    save_resolved_config(p)
-    for stage in ("sample", "execute", "filter", "chain"):
-        timed(stage, functools.partial(run_stage, stage, p, force=force))
+    if empty_ok and not kept_in(p.run_dir):
+        print("demo: the filter kept no call, so there is nothing to tune on: the tuned model's rows are the base "
+              "model's (tools enabled and disabled)")
+        p.finetune.output_dir, p.evaluate.extra_models = str(base), []
+        save_resolved_config(p)
+        return
     nothing_kept(p)
     for stage in ("build", "finetune"):
         timed(stage, functools.partial(run_stage, stage, p, force=force))
-    tune_control(p.run_dir, p, force, timed)
+    if extras:
+        tune_control(p.run_dir, p, force, timed)
+
+
+def run_published(cfg: PublishedWorldConfig, force: bool = False, world: Path | None = None,
+                  extras: bool = True, empty_ok: bool = False) -> dict:
+    """The demo on published data into ``cfg.run_dir``; returns what ``RUN_DIR/results.json`` holds.
+
+    ``world``: a world built already (:mod:`.scale`: one world for several models), read and not rebuilt;
+    ``extras=False`` leaves out the control and two-call rows; ``empty_ok``: a filter that kept no call does not
+    stop the run (:func:`tune`)."""
+    from toolformer.published.world import build_world
+    from toolformer.stages import run_stage
+
+    timed = Timer(Path(cfg.run_dir) / "walls.json")
+    start_run(cfg.run_dir, "published.yaml", dump_published(cfg))
+    if force:
+        timed.reset()
+    if world is None:
+        with holding(cfg, ("world",)):  # each output folder outside the run folder: locked while it is written
+            world = timed("world", lambda: build_world(cfg, force=force))
+    base = base_model(cfg, force, timed)
+    p = world_pipeline(cfg, world, base, extras)
+    save_resolved_config(p)
+    for stage in ("sample", "execute", "filter", "chain"):
+        timed(stage, functools.partial(run_stage, stage, p, force=force))
+    tune(p, base, force, timed, extras, empty_ok)
     timed("evaluate", lambda: run_stage("evaluate", p, force=force))
     timed("inspect", lambda: run_stage("inspect", p, force=force))
-    results = summarise(cfg, p, timed.total())
+    results = summarise(cfg, p, timed.total()) | {"wall_seconds_run": timed.spent(),
+                                                     "base_model": str(base)}
     finish_run(cfg.run_dir, results)
     _print(results)
     print(f"demo: results in {Path(cfg.run_dir) / 'results.json'}")

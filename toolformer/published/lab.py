@@ -22,6 +22,8 @@
 ``python -m toolformer.published.lab needed RUN_DIR [--model M]``
     The gold calculations the base model (``--model``, default the run's ``model.path``) gets wrong when it
     continues the text itself, and the share of them with a right kept call (:mod:`.needed`).
+``python -m toolformer.published.lab cost RUN_DIR [--bins B] [--per-bin N]``
+    The filter's seconds and tokens per candidate against the call's position in its document (:mod:`.cost`).
 """
 
 from __future__ import annotations
@@ -192,6 +194,10 @@ def _parser() -> argparse.ArgumentParser:
     n = sub.add_parser("needed")
     n.add_argument("run_dir")
     n.add_argument("--model", default="", help="the model to ask (default: the run's model.path)")
+    co = sub.add_parser("cost")
+    co.add_argument("run_dir")
+    co.add_argument("--bins", type=int, default=4, help="groups of calls by position (quantiles)")
+    co.add_argument("--per-bin", type=int, default=40, help="calls timed in each group")
     return p
 
 
@@ -217,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
 
         model = args.model or _run_model(args.run_dir)
         print(json.dumps(needed_recall(args.run_dir, model), indent=1))
+        return 0
+    if args.what == "cost":
+        from toolformer.published.cost import filter_cost, print_cost
+
+        print_cost(filter_cost(args.run_dir, args.bins, args.per_bin))
         return 0
     if args.what == "copy":
         texts = _heldout(args)

@@ -20,22 +20,62 @@ T = TypeVar("T")
 
 
 class Timer:
-    """``timer(name, fn)``: ``fn()``, its wall time recorded in ``walls[name]`` (seconds, 0.1 s)."""
+    """``timer(name, fn)``: ``fn()``, its wall time recorded in ``walls[name]`` (seconds, 0.1 s).
 
-    def __init__(self) -> None:
+    With ``record`` (a JSON file in the run folder), the times add up over every invocation of the run: a stage
+    resumed after a stop counts each of its parts, one killed part up to the last file it wrote in its folder
+    (``name`` under ``record``'s folder, a space read as ``/``: ``control finetune``); :meth:`spent` gives the
+    totals. ``--force`` starts over (:meth:`reset`)."""
+
+    def __init__(self, record: Path | None = None) -> None:
         self.walls: dict[str, float] = {}
         self.t0 = time.perf_counter()
+        self.record = record
+        self.saved: dict[str, Any] = {"spent": {}, "running": {}}
+        if record is not None and record.is_file():
+            self.saved = json.loads(record.read_text())
+            for name, since in self.saved["running"].items():  # a part killed before it finished
+                self._add(name, max(0.0, _last_write(record.parent / name.replace(" ", "/")) - since))
+            self.saved["running"] = {}
 
     def __call__(self, name: str, fn: Callable[[], T]) -> T:
         t0 = time.perf_counter()
+        self._save(running={name: time.time()})
         out = fn()
         self.walls[name] = round(time.perf_counter() - t0, 1)
+        self._add(name, self.walls[name])
+        self._save(running={})
         return out
+
+    def _add(self, name: str, seconds: float) -> None:
+        spent = self.saved["spent"]
+        spent[name] = round(spent.get(name, 0.0) + seconds, 1)
+
+    def _save(self, running: dict[str, float]) -> None:
+        if self.record is not None:
+            self.saved["running"] = running
+            atomic_write_text(self.record, json.dumps(self.saved, indent=1) + "\n")
+
+    def reset(self) -> None:
+        """Forget the times of earlier invocations (a run started over)."""
+        self.saved = {"spent": {}, "running": {}}
+        self._save(running={})
 
     def total(self) -> dict[str, float]:
         """The walls with ``total``, the time since the timer started."""
         self.walls["total"] = round(time.perf_counter() - self.t0, 1)
         return self.walls
+
+    def spent(self) -> dict[str, float]:
+        """Per step, the seconds of every invocation of the run together (``record``), with their ``total``."""
+        spent = dict(self.saved["spent"])
+        return spent | {"total": round(sum(spent.values()), 1)}
+
+
+def _last_write(folder: Path) -> float:
+    """The newest modification time (epoch seconds) of a file in ``folder`` and below; 0 when there is none."""
+    times = [f.stat().st_mtime for f in folder.rglob("*") if f.is_file()] if folder.is_dir() else []
+    return max(times, default=0.0)
 
 
 Timed = Callable[[str, Callable[[], Any]], Any]
