@@ -123,3 +123,33 @@ def test_split_dev():
     assert len(dev) == 2 and sorted(train + dev) == list(range(20))
     assert split_dev(20, 0.1, seed=0) == (train, dev)
     assert split_dev(3, 0.01, seed=0)[1] != [] and split_dev(5, 0.0, seed=0)[1] == []
+
+
+@pytest.mark.slow
+def test_report_to_tensorboard_writes_the_loss_and_dev_perplexity(tmp_path, tiny_model_dir):
+    """``finetune.report_to: tensorboard``: the event file read back holds every logged step."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    write_sums_with_calls(tmp_path / "run")
+    run_stage(config(tmp_path, tiny_model_dir, "finetune.report_to=tensorboard"))
+    logs = tmp_path / "run" / "model" / "logs"
+    folders = sorted({f.parent for f in logs.rglob("events.out.tfevents.*")})  # the run's, and its settings'
+    events = next(a for a in (EventAccumulator(str(f)).Reload() for f in folders) if a.Tags()["scalars"])
+    steps = {tag: [e.step for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+    assert steps["train/loss"] == steps["train/learning_rate"] == steps["train/tokens_per_s"] == [1, 2, 3, 4]
+    assert steps["dev/perplexity"] == [2, 4] and steps["train/grad_norm"] == [1, 2, 3, 4]
+    state = json.loads((tmp_path / "run" / "model" / "trainer_state.json").read_text())
+    losses = [h["loss"] for h in state["log_history"] if "loss" in h]
+    assert [e.value for e in events.Scalars("train/loss")] == pytest.approx(losses, rel=1e-5)
+    assert all(e.value > 0 for e in events.Scalars("train/tokens_per_s"))
+
+
+def test_an_unknown_tracker_or_one_not_installed_is_one_line(tmp_path, tiny_model_dir, monkeypatch):
+    with pytest.raises(ValueError, match="report_to: 'mlflow' is not one of none, tensorboard, wandb"):
+        config(tmp_path, tiny_model_dir, "finetune.report_to=mlflow")
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    with pytest.raises(ValueError, match=r"report_to: wandb needs the package wandb.*toolformer\[track\]"):
+        config(tmp_path, tiny_model_dir, "finetune.report_to=wandb")

@@ -244,13 +244,25 @@ class BuildConfig:
             raise ValueError(f"max_per_tool: {self.max_per_tool} is negative")
 
 
-def check_training_choices(schedule: str, dtype: str, save_dtype: str = "auto") -> None:
+TRACKERS = {"none": None, "tensorboard": "tensorboard", "wandb": "wandb"}
+"""``report_to``: each tracker and the package it needs (the extra ``track``)."""
+
+
+def check_training_choices(schedule: str, dtype: str, save_dtype: str = "auto", report_to: str = "none") -> None:
     """The checks that FinetuneConfig and the training loop's TrainArgs share."""
+    import importlib.util
+
     if schedule not in ("linear", "cosine"):
         raise ValueError(f"schedule: {schedule!r} is not one of linear, cosine")
     for key, value in (("dtype", dtype), ("save_dtype", save_dtype)):
         if value not in ("auto", "float32", "bfloat16", "float16"):
             raise ValueError(f"{key}: {value!r} is not one of auto, float32, bfloat16, float16")
+    if report_to not in TRACKERS:
+        raise ValueError(f"report_to: {report_to!r} is not one of {', '.join(TRACKERS)}")
+    package = TRACKERS[report_to]
+    if package is not None and importlib.util.find_spec(package) is None:
+        raise ValueError(f"report_to: {report_to} needs the package {package}, which is not installed here "
+                         "(pip install 'toolformer[track]')")
 
 
 @dataclass
@@ -296,6 +308,10 @@ class FinetuneConfig:
     save_dtype: str = "auto"
     """Dtype of the saved tuned model: auto (the training dtype: bfloat16 weights after bf16 training, else
     float32), float32, bfloat16 or float16."""
+    report_to: str = "none"
+    """Also log the training loss, learning rate, gradient norm, tokens/s and dev perplexity to a tracker:
+    none, tensorboard (event files in OUTPUT_DIR/logs) or wandb (offline unless WANDB_MODE says otherwise; files
+    in OUTPUT_DIR/logs), through accelerate's trackers; the packages: pip install 'toolformer[track]'."""
     tool_data_max_mb: float = 50.0
     """The model folder's toolformer.json records the tools; the data of each (a collection or knowledge file with
     its BM25 index, a translation model) up to this many MB (10^6 bytes) is copied into the folder, larger data is
@@ -310,7 +326,7 @@ class FinetuneConfig:
                  "another (docs/lab-notes.md); the saved model is the tuned one; delete the key"}
 
     def validate(self) -> None:
-        check_training_choices(self.schedule, self.dtype, self.save_dtype)
+        check_training_choices(self.schedule, self.dtype, self.save_dtype, self.report_to)
         above(self, 0.0, "learning_rate")
         between(self, 0.0, MAX_LEARNING_RATE, "learning_rate")
         between(self, 0.0, 1.0, "warmup_ratio")

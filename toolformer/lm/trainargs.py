@@ -36,6 +36,7 @@ class TrainArgs:
     gradient_checkpointing: bool = _FT.gradient_checkpointing
     log_every: int = _FT.log_every
     save_dtype: str = _FT.save_dtype
+    report_to: str = _FT.report_to
 
     @classmethod
     def from_config(cls, fc: FinetuneConfig, **overrides) -> TrainArgs:
@@ -44,7 +45,7 @@ class TrainArgs:
         return cls(**{**values, **overrides})
 
     def validate(self) -> None:
-        check_training_choices(self.schedule, self.dtype, self.save_dtype)
+        check_training_choices(self.schedule, self.dtype, self.save_dtype, self.report_to)
         for name in ("batch_size", "micro_batch_size", "max_steps", "log_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be at least 1, got {getattr(self, name)}")

@@ -21,6 +21,8 @@ writes, checkpoints and the model, is in :mod:`toolformer.lm.checkpoints`.
   lr 1e-5.
 * Dev perplexity every ``eval_every`` steps; the best model is saved with
   ``save_pretrained`` into ``output_dir`` (without a dev set, the last one).
+* ``report_to``: the log records and the dev perplexity also go to TensorBoard or Weights & Biases
+  (accelerate's trackers, files in ``output_dir/logs``), with tokens/s since the last record.
 * Resumable checkpoints (``accelerate.save_state``: model, optimizer, RNG;
   plus the step and log history) in ``output_dir/checkpoints/step-NNNNNNN``; a
   rerun continues from the last complete one.
@@ -36,6 +38,7 @@ writes, checkpoints and the model, is in :mod:`toolformer.lm.checkpoints`.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import time
@@ -64,6 +67,8 @@ from toolformer.rundir.parallel import use_cpu
 from toolformer.rundir.sharding import fault_point
 
 TRAINER_STATE = "trainer_state.json"
+LOGS = "logs"
+"""OUTPUT_DIR/logs: the tracker's files (``report_to``)."""
 
 
 def _param_groups(model, weight_decay: float) -> list[dict]:
@@ -104,7 +109,12 @@ class Trainer:
             raise ValueError("train_causal_lm: no training rows")
         self.model, self.train, self.dev, self.args = model, train, dev, args
         self.output_dir, self.tokenizer, self.on_step = Path(output_dir), tokenizer, on_step
-        self.accelerator = Accelerator(mixed_precision=mixed_precision(args.dtype), cpu=use_cpu())
+        self.tracking = args.report_to != "none"
+        if args.report_to == "wandb":
+            os.environ.setdefault("WANDB_MODE", "offline")  # no network needed; `wandb sync` sends it later
+        self.accelerator = Accelerator(mixed_precision=mixed_precision(args.dtype), cpu=use_cpu(),
+                                       log_with=args.report_to if self.tracking else None,
+                                       project_dir=str(self.output_dir / LOGS) if self.tracking else None)
         self.main = self.accelerator.is_main_process
         self.world = self.accelerator.num_processes
         self.accum, self.effective = batch_plan(args.batch_size, args.micro_batch_size, self.world)
@@ -124,6 +134,7 @@ class Trainer:
         self.loss_count = 0
         self.last_loss: float | None = None
         self.optimizer: Any = None  # accelerate's wrapped AdamW, made by setup()
+        self.since_log = (time.perf_counter(), 0)  # (time, local tokens) at the last log record
 
     # -- setup -------------------------------------------------------------------
     def setup(self, resume: bool = True, run_key: str | None = None) -> None:
@@ -145,6 +156,10 @@ class Trainer:
         optimizer = torch.optim.AdamW(_param_groups(model, self.args.weight_decay), lr=self.args.learning_rate)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
         self.resume()
+        if self.tracking:
+            settings = {k: v for k, v in asdict(self.args).items() if isinstance(v, (int, float, str, bool))}
+            self.accelerator.init_trackers("toolformer", config=settings,
+                                           init_kwargs={"wandb": {"dir": str(self.output_dir / LOGS)}})
 
     def resume(self) -> None:
         """Continue from the last complete checkpoint: weights, optimizer, RNG, step, history, best."""
@@ -225,6 +240,13 @@ class Trainer:
         if grad_norm is not None:
             record["grad_norm"] = round(float(grad_norm), 6)
         self.history.append(record)
+        if self.tracking:
+            t0, tokens0 = self.since_log
+            now = time.perf_counter()
+            speed = self.world * (self.local_tokens - tokens0) / max(now - t0, 1e-9)  # the processes run alike
+            self.accelerator.log({f"train/{k}": v for k, v in record.items() if k != "step"}
+                                 | {"train/tokens_per_s": speed}, step=self.step)
+            self.since_log = (now, self.local_tokens)
         bar.set_postfix(loss=f"{mean:.4f}", lr=f"{lr:.2e}")
         self.loss_sum.zero_()
         self.loss_count = 0
@@ -235,6 +257,8 @@ class Trainer:
         assert self.dev is not None  # evaluated only with dev rows (has_dev)
         result = evaluate_perplexity(self.model, self.dev, self.args.micro_batch_size, self.accelerator, self.pad_id)
         self.history.append({"step": self.step, **result})
+        if self.tracking:
+            self.accelerator.log({f"dev/{k.removeprefix('dev_')}": v for k, v in result.items()}, step=self.step)
         best = self.best
         if best["dev_perplexity"] is None or result["dev_perplexity"] < best["dev_perplexity"]:
             best.update(dev_perplexity=result["dev_perplexity"], step=self.step)
@@ -281,6 +305,8 @@ class Trainer:
         if not self.has_dev or not (self.output_dir / "config.json").exists():
             self.save_model()  # no dev set: the last model; or nothing was saved yet (a finished run rerun)
         self.write_state()
+        if self.tracking:
+            acc.end_training()
         acc.wait_for_everyone()
         wall = time.perf_counter() - t0
         tokens = acc.reduce(torch.tensor(float(self.local_tokens), device=acc.device), "sum").item()

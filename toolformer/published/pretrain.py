@@ -65,8 +65,8 @@ def pretrain_key(cfg: PublishedWorldConfig, root: Path) -> str:
     """What the base model depends on: the sha256 of its texts (pre-training, and the tokenizer's), the
     pre-training settings but its folders and schedule of checks, the seed and the format."""
     pc = {k: v for k, v in vars(cfg.pretrain).items()
-          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "init_from",
-                       "weights")}  # weights: a pretrained model instead, when set; nothing trained here
+          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "report_to",
+                       "init_from", "weights")}  # weights: a pretrained model instead, when set; nothing trained here
     texts = {"pretrain": sha256_file(root / "pretrain.jsonl"),
              "tokenizer": hashlib.sha256("\n".join(tokenizer_texts(root)).encode()).hexdigest()}
     if cfg.pretrain.init_from:  # the model continued, by the sha256 of its weights
@@ -103,7 +103,7 @@ def _train(cfg: PublishedWorldConfig, root: Path, out: Path, key: str, force: bo
     args = TrainArgs(learning_rate=pc.learning_rate, warmup_ratio=pc.warmup_ratio, schedule="cosine",
                      batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
                      eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
-                     seed=cfg.seed, log_every=10)
+                     seed=cfg.seed, log_every=10, report_to=pc.report_to)
     begin_training(out, force)
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key)
     return result, params, len(tokenizer)

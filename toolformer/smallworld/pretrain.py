@@ -120,7 +120,7 @@ def pretrain_key(cfg: SmallWorldConfig) -> str:
     A model to start from (``pretrain.init_from``) counts by the sha256 of its weights and tokenizer, not by its
     path. Writes the world first if it is not there."""
     pc = {k: v for k, v in vars(cfg.pretrain).items()
-          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped")}
+          if k not in ("output_dir", "threads", "probe_items", "max_steps", "eval_every", "shipped", "report_to")}
     ensure_world(cfg, quiet=True)
     paths = world_paths(cfg)
     texts = {"pretrain": sha256_file(paths["pretrain"])}
@@ -229,7 +229,7 @@ def pretrain_base_model(cfg: SmallWorldConfig, force: bool = False) -> Path:
     args = TrainArgs(learning_rate=pc.learning_rate, warmup_ratio=pc.warmup_ratio, schedule="cosine",
                      batch_size=pc.batch_size, micro_batch_size=pc.batch_size, max_steps=pc.max_steps,
                      eval_every=pc.eval_every, save_every=pc.eval_every, weight_decay=pc.weight_decay,
-                     seed=cfg.seed, log_every=10)
+                     seed=cfg.seed, log_every=10, report_to=pc.report_to)
     begin_training(out, force)
     result = train_causal_lm(model, train_rows, dev_rows, args, out, tokenizer, run_key=key,
                              on_step=_probe_during_training(model, tokenizer, paths, pc, cfg.seed,

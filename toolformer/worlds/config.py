@@ -15,7 +15,7 @@ from typing import ClassVar, TypeVar
 import yaml
 
 from toolformer.config.load import above, at_least, between, load_config, to_dict
-from toolformer.config.schema import MAX_LEARNING_RATE, MAX_WEIGHT_DECAY, PipelineConfig
+from toolformer.config.schema import MAX_LEARNING_RATE, MAX_WEIGHT_DECAY, PipelineConfig, check_training_choices
 
 W = TypeVar("W", bound="WorldSettings")
 
@@ -60,6 +60,9 @@ class PretrainConfig:
     """AdamW weight decay."""
     eval_every: int = 250
     """Dev loss every this many steps."""
+    report_to: str = "none"
+    """Also log the pre-training to a tracker: none, tensorboard or wandb (as finetune.report_to; files in the
+    base model's folder, logs/). Not part of the model's key."""
     dev_docs: int = 400
     """Pre-training documents held out for the dev loss."""
     threads: int = 1
@@ -80,6 +83,7 @@ class PretrainConfig:
                  "eval_every")
         at_least(self, 2, "seq_len")
         at_least(self, 0, "dev_docs", "threads", "probe_items")
+        check_training_choices("cosine", "auto", "auto", self.report_to)
         above(self, 0.0, "learning_rate")
         between(self, 0.0, MAX_LEARNING_RATE, "learning_rate")
         between(self, 0.0, 1.0, "warmup_ratio")
