@@ -59,6 +59,10 @@ def test_points_pool_each_family_and_sort_by_size(tmp_path):
     row = next(line for line in table.splitlines() if line.startswith("| big"))
     assert " 5.0 / 6.7 / 33.3 (23–46, n=60) " in row and "Calculator 20 (15)" in row
     assert "Calculator 0 |" in next(line for line in table.splitlines() if line.startswith("| small"))
+    pinned = {"model": {"spec": "smollm2", "name": "SmolLM2-135M-Instruct (Llama architecture), Q4_1"}}
+    assert scaleplot.display_name(pinned) == "SmolLM2-135M-Instruct"
+    assert scaleplot.display_name({"model": {"spec": "data/published-base", "name": "published-base"}}) == \
+        "data/published-base"
 
 
 def test_the_figure_is_a_png_of_the_points(tmp_path):

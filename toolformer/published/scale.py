@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from toolformer.published.config import PublishedWorldConfig, holding, load_published
-from toolformer.published.scaleplot import FAMILIES, ROWS, figure, pooled, wilson
+from toolformer.published.scaleplot import FAMILIES, ROWS, display_name, figure, pooled, wilson
 
 
 def count_parameters(folder: str | Path) -> int:
@@ -157,7 +157,7 @@ def table(records: list[dict]) -> str:
             "kept calls (right)"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for rec in records:
-        cells = [rec["model"]["name"], f"{rec['model']['parameters'] / 1e6:,.1f}M"]
+        cells = [display_name(rec), f"{rec['model']['parameters'] / 1e6:,.1f}M"]
         for sets in FAMILIES.values():
             acc = [pooled(rec, row, sets) for row in ROWS]
             if acc[-1] is None:

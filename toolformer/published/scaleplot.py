@@ -41,6 +41,13 @@ def pooled(record: dict, row: str, sets: tuple[str, ...]) -> tuple[float, list[f
     return correct / n, wilson(correct, n), n
 
 
+def display_name(record: dict) -> str:
+    """A point's model as the table and figure show it: a model folder by its path, a pinned model by its name
+    without the import's details."""
+    spec = record["model"]["spec"]
+    return spec if "/" in spec else record["model"]["name"].split(" (")[0]
+
+
 LINES = {"toolformer": ("Toolformer (tools)", "o", "-", 1.0),
          "toolformer_disabled": ("Toolformer, tools disabled", "s", "--", 0.9),
          "base": ("base model, not tuned", "^", ":", 1.1)}
@@ -117,7 +124,7 @@ def figure(records: list[dict], out: Path) -> Path:
     _calls_panel(axes[1][0], records, "precision", "kept calls that are right %", percent=True)
     _calls_panel(axes[1][1], records, "kept_per_1000_candidates", "calls kept per 1,000 candidates", percent=False)
     _calls_panel(axes[1][2], records, "recall", "calls people placed, found (recall %)", percent=True)
-    names = ", ".join(f"{r['model']['name']} ({r['model']['parameters'] / 1e6:,.1f}M)" for r in records)
+    names = ", ".join(f"{display_name(r)} ({r['model']['parameters'] / 1e6:,.1f}M)" for r in records)
     fig.suptitle(f"Tool use against model size on the published world: {names}", fontsize="medium")
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=90)
