@@ -218,3 +218,30 @@ def test_stage_with_a_model_that_uses_the_calculator(run_dir, monkeypatch, tiny_
     pred = json.loads(preds.read_text().splitlines()[0])
     assert pred["calls"] == [{"tool": "Calculator", "input": "1234+4321", "result": "5555", "error": None}]
     assert pred["output_without_calls"] == " 5555." and pred["prediction"] == 5555.0 and pred["gold"] == "5555"
+
+
+def test_perplexity_forwards_fit_the_vocabulary(tiny_model_dir, monkeypatch):
+    """A large vocabulary takes fewer tokens a perplexity forward (the logits of 16,384 tokens of a 262,144-token
+    vocabulary are 17 GiB); the perplexity is the same however the rows are batched (to float rounding)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    class Head(torch.nn.Module):
+        def __init__(self, rows: int):
+            super().__init__()
+            self.head = torch.nn.Linear(4, rows, bias=False)
+
+        def get_output_embeddings(self):
+            return self.head
+
+    assert ev_stage.ppl_token_budget(Head(262_144)) == 1024
+    assert ev_stage.ppl_token_budget(Head(1_000)) == ev_stage.PPL_TOKENS
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    texts = [f"Vell had {a} boats and bought {a + 3} more on the river." for a in range(40)]
+    whole = ev_stage.perplexity(model, tok, texts, window=64)
+    monkeypatch.setattr(ev_stage, "PPL_LOGIT_BYTES", 4 * model.config.vocab_size * 8)  # 8 tokens: a row a forward
+    assert ev_stage.ppl_token_budget(model) == 8
+    apart = ev_stage.perplexity(model, tok, texts, window=64)
+    assert apart[1] == whole[1] and apart[0] == pytest.approx(whole[0], rel=1e-5)
+    assert apart[2] == pytest.approx(whole[2], rel=1e-5)

@@ -68,6 +68,17 @@ from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import Sandbox, build_sandbox
 
 PPL_TOKENS = 16384  # token budget of one perplexity forward
+PPL_LOGIT_BYTES = 1 << 30
+"""The float32 logits one perplexity forward may hold: a large vocabulary takes fewer tokens a forward (Gemma's
+262,144 rows: 1,024 tokens, about 1 GiB, instead of 16,384 tokens and 17 GiB)."""
+
+
+def ppl_token_budget(model) -> int:
+    """Tokens of one perplexity forward: :data:`PPL_TOKENS`, fewer where the logits would pass
+    :data:`PPL_LOGIT_BYTES` (at least one row is always taken)."""
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    vocab = head.weight.shape[0] if head is not None else model.config.vocab_size
+    return max(1, min(PPL_TOKENS, PPL_LOGIT_BYTES // (4 * vocab)))
 
 
 @dataclass
@@ -181,11 +192,12 @@ def perplexity(model, tok, texts: list[str], window: int, desc: str = "perplexit
         chunks += [ids[s : s + window] for s in range(0, len(ids), window) if len(ids[s : s + window]) > 1]
     chunks.sort(key=len)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+    budget = ppl_token_budget(model)
     nll, nll_without, count, i = 0.0, 0.0, 0, 0
     bar = tqdm(total=len(chunks), desc=desc, unit="seq", leave=False)
     while i < len(chunks):
         j = i + 1  # chunks are sorted by length: grow the batch while it fits the token budget
-        while j < len(chunks) and (j + 1 - i) * len(chunks[j]) <= PPL_TOKENS:
+        while j < len(chunks) and (j + 1 - i) * len(chunks[j]) <= budget:
             j += 1
         group = chunks[i:j]
         width = max(len(c) for c in group)
