@@ -68,9 +68,7 @@ from toolformer.tools.calls import get_style
 from toolformer.tools.sandbox import Sandbox, build_sandbox
 
 PPL_TOKENS = 16384  # token budget of one perplexity forward
-PPL_LOGIT_BYTES = 1 << 30
-"""The float32 logits one perplexity forward may hold: a large vocabulary takes fewer tokens a forward (Gemma's
-262,144 rows: 1,024 tokens, about 1 GiB, instead of 16,384 tokens and 17 GiB)."""
+PPL_LOGIT_BYTES = 1 << 30  # float32 logits of one perplexity forward: Gemma's 262,144 rows take 1,024 tokens
 
 
 def ppl_token_budget(model) -> int:
