@@ -132,6 +132,9 @@ def test_the_wall_time_of_a_run_adds_up_over_its_invocations(tmp_path):
     assert json.loads(record.read_text())["running"] == {}
     again.reset()
     assert Timer(record).spent() == {"total": 0}
+    for damaged in ('{"spent": ', '{"spent": {"filter": "x"}, "running": {}}', '[]'):  # the times start over
+        record.write_text(damaged)
+        assert Timer(record).spent() == {"total": 0}
 
 
 @pytest.mark.slow

@@ -33,10 +33,16 @@ class Timer:
         self.record = record
         self.saved: dict[str, Any] = {"spent": {}, "running": {}}
         if record is not None and record.is_file():
-            self.saved = json.loads(record.read_text())
-            for name, since in self.saved["running"].items():  # a part killed before it finished
+            try:
+                saved = json.loads(record.read_text())
+                spent = {str(k): float(v) for k, v in saved["spent"].items()}
+                running = {str(k): float(v) for k, v in saved["running"].items()}
+            except (ValueError, KeyError, TypeError, AttributeError) as e:  # damaged: the times start over
+                print(f"demo: {record} is not a record of wall times ({type(e).__name__}); they start over")
+                spent, running = {}, {}
+            self.saved = {"spent": spent, "running": {}}
+            for name, since in running.items():  # a part killed before it finished
                 self._add(name, max(0.0, _last_write(record.parent / name.replace(" ", "/")) - since))
-            self.saved["running"] = {}
 
     def __call__(self, name: str, fn: Callable[[], T]) -> T:
         t0 = time.perf_counter()
