@@ -48,11 +48,11 @@ def test_every_field_documented():
     import ast
     import inspect
 
-    from toolformer.config import evaluation, schema, tools
+    from toolformer.config import evaluation, finetune, schema, tools
     from toolformer.smallworld import config as world
     from toolformer.worlds import config as worlds
 
-    classes = [n for m in (schema, evaluation, tools, world, worlds)
+    classes = [n for m in (schema, evaluation, finetune, tools, world, worlds)
                for n in ast.parse(inspect.getsource(m)).body
                if isinstance(n, ast.ClassDef)]
     sections = {n.name for n in classes}

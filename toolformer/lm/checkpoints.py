@@ -30,13 +30,19 @@ def checkpoint_dirs(output_dir: Path) -> list[Path]:
 def save_whole(accelerator, model, tokenizer, output_dir: Path, dtype: torch.dtype = torch.float32) -> None:
     """``save_pretrained`` in ``dtype`` (and the tokenizer) into a temporary folder, then
     its files renamed into ``output_dir``: a failed save leaves no partial file."""
+    from toolformer.lm import lora
+
     main = accelerator.is_main_process
     tmp = output_dir / MODEL_TMP
-    state = accelerator.get_state_dict(model)  # whole on the main process, also under FSDP
-    state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+    plain = accelerator.unwrap_model(model)
     try:
-        accelerator.unwrap_model(model).save_pretrained(tmp, is_main_process=main, save_function=accelerator.save,
-                                                        state_dict=state)
+        if lora.is_adapted(plain):  # the adapter into tmp/adapter; the model with the adapters merged
+            plain = lora.save_merged(plain, tmp, main)
+            state = plain.state_dict()
+        else:
+            state = accelerator.get_state_dict(model)  # whole on the main process, also under FSDP
+        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        plain.save_pretrained(tmp, is_main_process=main, save_function=accelerator.save, state_dict=state)
         if main:
             config = json.loads((tmp / "config.json").read_text(encoding="utf-8"))
             config["dtype"] = str(dtype).removeprefix("torch.")  # what the weights are (the module was float32)
@@ -44,6 +50,8 @@ def save_whole(accelerator, model, tokenizer, output_dir: Path, dtype: torch.dty
             if tokenizer is not None:
                 tokenizer.save_pretrained(tmp)
             for f in sorted(tmp.iterdir()):
+                if f.is_dir() and (output_dir / f.name).is_dir():
+                    shutil.rmtree(output_dir / f.name)  # a folder (the adapter) is replaced whole
                 os.replace(f, output_dir / f.name)
     except Exception as e:
         if disk_full(e, tmp):

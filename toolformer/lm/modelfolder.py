@@ -126,10 +126,12 @@ def _record_data(tools_cfg, out: Path, max_bytes: int, warn) -> tuple[dict, dict
     return paths, records
 
 
-def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_stderr, tokenizer=None) -> dict:
+def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_stderr, tokenizer=None,
+               training: dict | None = None) -> dict:
     """Write ``OUT/toolformer.json`` for a model tuned with ``cfg`` (a PipelineConfig):
     its call style, tools (data copied up to ``max_mb`` MB each), the decoding
-    rule of ``cfg.evaluate``, the document's start and end tokens of ``tokenizer``. Returns the record."""
+    rule of ``cfg.evaluate``, the document's start and end tokens of ``tokenizer``, and ``training`` (how it was
+    tuned: the method, full or LoRA). Returns the record."""
     from toolformer.lm.modeling import document_spec
     from toolformer.rundir.files import atomic_write_text
     from toolformer.rundir.inputs import TOOL_DATA
@@ -153,6 +155,8 @@ def write_spec(cfg, out: str | Path, max_mb: float, base_model: str = "", warn=_
     }
     if tokenizer is not None:
         spec["document"] = document_spec(tokenizer)
+    if training is not None:
+        spec["training"] = training
     atomic_write_text(out / SPEC_FILE, json.dumps(spec, indent=2, ensure_ascii=False) + "\n")
     return spec
 

@@ -152,6 +152,8 @@ class Trainer:
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+            if hasattr(model, "peft_config"):
+                model.enable_input_require_grads()  # frozen embeddings: the checkpointed blocks still need grads
         model.train()
         optimizer = torch.optim.AdamW(_param_groups(model, self.args.weight_decay), lr=self.args.learning_rate)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)

@@ -138,6 +138,18 @@ Load with `toolformer.ToolformerModel.from_pretrained(...)` (model, tokenizer an
 """
 
 
+def training_record(cfg: PipelineConfig) -> dict:
+    """How the model was tuned, for its toolformer.json: the method, and for LoRA its settings and adapter."""
+    fc = cfg.finetune
+    if fc.method == "full":
+        return {"method": "full"}
+    from toolformer.lm.lora import ADAPTER
+
+    return {"method": fc.method, "lora_rank": fc.lora_rank, "lora_alpha": fc.lora_alpha,
+            "lora_dropout": fc.lora_dropout, "lora_targets": list(fc.lora_targets) or "every linear layer",
+            "adapter": ADAPTER, "merged": True}
+
+
 def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     """The model (float32, on the CPU: the training loop moves it to this process's device), its tokenizer and
     the row length; on a CPU the processes share its cores."""
@@ -158,6 +170,15 @@ def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     seq_len = min(cfg.finetune.max_length, model_window(model))
     if getattr(tokenizer, "call_rows_note", "") and state.is_main_process:
         print(f"finetune: {tokenizer.call_rows_note}")
+    if cfg.finetune.method == "lora":
+        from toolformer.lm import lora
+
+        model = lora.wrap(model, cfg.finetune, tokenizer, get_style(cfg.calls.style))
+        trained, total = lora.trainable_share(model)
+        if state.is_main_process:
+            layers = ", ".join(sorted(model.peft_config["default"].target_modules))
+            print(f"finetune: LoRA rank {cfg.finetune.lora_rank} on {layers}: {trained:,} of {total:,} parameters "
+                  f"trained ({trained / total:.2%})")
     return model, tokenizer, seq_len
 
 
@@ -219,7 +240,8 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
         "dev_rows": 0 if dev_rows is None else len(dev_rows),
         "train_tokens": int((train_rows >= 0).sum()),
     }
-    spec = write_spec(cfg, out, cfg.finetune.tool_data_max_mb, base_model=cfg.model.path, tokenizer=tokenizer)
+    spec = write_spec(cfg, out, cfg.finetune.tool_data_max_mb, base_model=cfg.model.path, tokenizer=tokenizer,
+                      training=training_record(cfg))
     atomic_write_text(out / "README.md", model_card(cfg, data, metrics, spec))
     print(f"finetune: {out / SPEC_FILE}: {spec_summary(spec)}")
     run.stage.finish(run.hash, cfg.seed, {**data, **metrics}, model=str(out), base_model=cfg.model.path,
