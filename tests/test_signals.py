@@ -235,3 +235,35 @@ def test_ctrl_c_while_the_modules_load_is_one_line():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert res.returncode == 130
     assert res.stderr == "toolformer: stopped by SIGINT while starting; nothing was written\n"
+
+
+@pytest.mark.slow  # starts a Python process
+def test_a_stop_while_tool_calls_start_leaves_no_thread_to_print_a_traceback():
+    """A handler that raises (SIGTERM's Stopped) at any moment of ``Sandbox.run_many``, 300 times: no tool thread
+    dies noisily (once a stop landed inside ``Thread.start()`` and the started thread died with a KeyError)."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    code = ("import random, signal, sys, time\n"
+            "from toolformer.tools.calculator import Calculator\n"
+            "from toolformer.tools.sandbox import Sandbox\n"
+            "class Stop(Exception): pass\n"
+            "def handler(signum, frame): raise Stop\n"
+            "signal.signal(signal.SIGALRM, handler)\n"
+            "sandbox = Sandbox({'Calculator': Calculator()}, timeout_s=5.0, concurrency=4, cache=False)\n"
+            "rng, stops = random.Random(0), 0\n"
+            "for r in range(300):\n"
+            "    calls = [('Calculator', f'{r} + {i} * (3 - {i % 7}) / 7', None) for i in range(400)]\n"
+            "    signal.setitimer(signal.ITIMER_REAL, rng.uniform(0.0005, 0.01))\n"
+            "    try:\n"
+            "        sandbox.run_many(calls)\n"
+            "        signal.setitimer(signal.ITIMER_REAL, 0)\n"
+            "    except Stop:\n"
+            "        stops += 1\n"
+            "time.sleep(0.2)\n"
+            "print(stops)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0 and int(res.stdout) > 200, res.stderr[-2000:]  # the stops did land
+    assert "Exception ignored" not in res.stderr and "Traceback" not in res.stderr, res.stderr[-2000:]

@@ -19,6 +19,7 @@ releases the tools: it stops the MCP servers of MCP tools.
 from __future__ import annotations
 
 import ctypes
+import signal
 import threading
 import time
 from collections import deque
@@ -81,16 +82,30 @@ def check_arguments(tool: Tool, tool_input: str, validator) -> Outcome | None:
     return schema_errors(tool, arguments, validator)
 
 
-def _raise_in(thread: threading.Thread, exc: type[BaseException]) -> None:
-    """Raise ``exc`` in ``thread`` when it next runs Python code (CPython's PyThreadState_SetAsyncExc)."""
+def _raise_in(thread: threading.Thread, exc: type[BaseException] | None) -> None:
+    """Raise ``exc`` in ``thread`` when it next runs Python code (CPython's PyThreadState_SetAsyncExc); ``None``
+    takes back one that is still pending."""
     assert thread.ident is not None  # a started thread has one
     ident = ctypes.c_ulong(thread.ident)
-    if ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, ctypes.py_object(exc)) > 1:  # never expected: undo it
+    raised = None if exc is None else ctypes.py_object(exc)  # None: NULL, no exception
+    if ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, raised) > 1:  # never expected: undo it
         ctypes.pythonapi.PyThreadState_SetAsyncExc(ident, None)
 
 
+# The signals blocked while a call's thread starts: those whose handler may raise (SIGTERM's Stopped, SIGINT's
+# KeyboardInterrupt), never one a fault of the thread itself raises.
+_BLOCKED = (frozenset(signal.valid_signals()) - {signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL,
+                                                  signal.SIGTRAP, signal.SIGSYS, signal.SIGABRT}
+            if hasattr(signal, "pthread_sigmask") else frozenset())
+
+
 class _Call:
-    """One call running in its daemon thread; ``outcome`` once it answered in time."""
+    """One call running in its daemon thread (:meth:`start`); ``outcome`` once it answered in time.
+
+    :meth:`abandon` raises :class:`CallAbandoned` in the thread only while ``running`` (set and cleared under
+    ``lock``), and once; the thread clears ``running`` inside its ``try`` and takes back there an exception not yet
+    raised (CPython may raise it late: two threads given up on at once share one "pending" flag), so the exception
+    is raised inside that ``try`` or never -- not in the thread's bootstrap, where the interpreter prints it."""
 
     def __init__(self, name: str, work: Callable[[], Outcome], finished: threading.Event, deadline: float):
         self.tool, self.deadline = name, deadline
@@ -99,11 +114,29 @@ class _Call:
         self.abandoned = False
         self.running = False  # the thread is in ``work`` (or just past it, before it took the lock)
         self.shields = 0  # uninterrupted() blocks the thread is in
+        self._mask: set[int | signal.Signals] | None = None  # the signal mask of the thread that started the call
         self._thread = threading.Thread(target=self._target, args=(work, finished), daemon=True,
                                         name=f"tool-{name}")
-        self._thread.start()
+
+    def start(self) -> None:
+        """Start the call's thread with the signals of :data:`_BLOCKED` blocked meanwhile. A handler raising in
+        ``Thread.start()`` just after the thread was created would make start() drop it from ``threading._limbo``,
+        and the thread, running anyway, would die with a KeyError that the interpreter prints. A signal sent
+        meanwhile waits; its handler runs (and raises) here once the thread is started."""
+        if not _BLOCKED:
+            self._thread.start()
+            return
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # the mask now (a handler raising here changes nothing)
+        try:
+            signal.pthread_sigmask(signal.SIG_BLOCK, _BLOCKED)
+            self._mask = mask
+            self._thread.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _target(self, work: Callable[[], Outcome], finished: threading.Event) -> None:
+        if self._mask is not None:  # the thread inherited the blocked signals: a process it starts would too
+            signal.pthread_sigmask(signal.SIG_SETMASK, self._mask)
         try:
             with self.lock:
                 if self.abandoned:
@@ -117,16 +150,19 @@ class _Call:
             except BaseException as e:  # noqa: BLE001 - a tool's SystemExit is a record too
                 outcome = _error("exception", f"{type(e).__name__}: {e}")
             with self.lock:
-                self.running = False
-                if not self.abandoned:
+                self.running = False  # abandon() raises nothing in the thread from now on
+                if self.abandoned:
+                    _raise_in(self._thread, None)  # the CallAbandoned it raised, if still pending
+                else:
                     self.outcome = outcome
             finished.set()
         except CallAbandoned:
             pass  # it arrived while the work was ending: nobody waits for this call any more
 
     def join(self, timeout: float) -> None:
-        """Wait at most ``timeout`` seconds for the call's thread to end."""
-        self._thread.join(timeout)
+        """Wait at most ``timeout`` seconds for the call's thread to end (a thread never started has ended)."""
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     def abandon(self) -> Outcome | None:
         """Give up on the call unless it has answered (then return its outcome): stop the Python code its thread
@@ -202,7 +238,7 @@ class Sandbox:
         return Outcome(result, None)
 
     def _start(self, tool_name: str, tool_input: str, date: str | None, finished: threading.Event) -> _Call:
-        """Start one call in a daemon thread; ``finished`` is set when it answers."""
+        """One call to run in a daemon thread (:meth:`_Call.start`); ``finished`` is set when it answers."""
         tool, validator = self.tools[tool_name], self._validators[tool_name]
         return _Call(tool_name, lambda: self._invoke(tool, tool_input, date, validator), finished,
                      time.monotonic() + self.timeout_s)
@@ -284,7 +320,8 @@ class Sandbox:
             for tool, queue in queues.items():
                 while queue and in_flight[tool] < self.limit(tool):
                     k, (_, tool_input, date) = queue.popleft()
-                    running[k] = self._start(tool, tool_input, date, finished)
+                    running[k] = call = self._start(tool, tool_input, date, finished)
+                    call.start()  # in ``running`` first: a stop raised as it starts still abandons it
                     in_flight[tool] += 1
                     self.calls_executed += 1
             next_deadline = min(call.deadline for call in running.values())
