@@ -4,6 +4,7 @@ not asserted: it is measured, see README "Performance")."""
 import json
 
 import pytest
+import torch
 
 from toolformer.bench.speed import main
 
@@ -36,8 +37,9 @@ def test_gpu_check_runs_on_the_cpu(capsys, monkeypatch, repo_root):
     from toolformer.bench.gpucheck import main as gpu_check
 
     monkeypatch.chdir(repo_root)
-    assert gpu_check(["--cpu"]) == 0
+    assert gpu_check(["--cpu", "--weights", ""]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert "real_weights" not in out  # --weights '': the part on a pretrained model left out
     assert out["device"] == "cpu" and out["bench"]["filter_over_naive"] > 1
     p = out["precision"]
     assert p["candidates"] == 100 and 0 <= p["flipped_share_at_median_margin"] <= 1 and p["max_abs_margin_diff"] > 0
@@ -87,8 +89,11 @@ def test_the_bench_on_a_model_folder_measures_the_filter_finetuning_and_generati
     assert out["folder"] == tiny_model_dir and out["N"] == 20 and out["vocabulary"] > 0
     for key in ("filter_over_limit", "filter_over_naive", "filter_over_reference", "sample_cache_speedup"):
         assert out[key] > 0, key
-    assert out["finetune"]["rows"] == "2x32" and out["finetune"]["tokens_per_s"] > 0
-    assert out["finetune"]["peak_rss_mib"] > 0
+    full, adapters = out["finetune"]["full"], out["finetune"]["lora"]  # each measured in a process of its own
+    assert full["rows"] == adapters["rows"] == "2x32" and full["tokens_per_s"] > 0 and adapters["tokens_per_s"] > 0
+    assert full["trained"] == full["parameters"] and 0 < adapters["trained"] < adapters["parameters"] / 2
+    assert full["peak_mib"] > 0 and full["memory_over_full"] == 1 and adapters["memory_over_full"] > 0
+    assert "lora: " in lines[-2] and "of full's peak memory" in lines[-2]
     gen = out["generate"]
     assert {"math", "qa"} <= set(gen) and gen["math"]["items"] == 2
     assert gen["math"]["tools"]["tokens_per_s"] > 0 and gen["math"]["no_tools"]["calls"] == 0
@@ -100,3 +105,27 @@ def test_the_bench_names_a_run_folder_without_its_config(tmp_path):
 
     with pytest.raises(ValueError, match="no config.yaml there"):
         generation_speed(str(tmp_path), 2)
+
+
+@pytest.mark.slow
+def test_gpu_check_on_the_cpu_runs_the_pretrained_part(smollm2_dir, capsys, monkeypatch, repo_root):
+    """``--cpu --weights FOLDER`` (the pinned SmolLM2): filter, bf16 margins, full and LoRA steps, small sizes."""
+    from toolformer.bench.gpucheck import main as gpu_check
+
+    monkeypatch.chdir(repo_root)
+    assert gpu_check(["--cpu", "--weights", str(smollm2_dir)]) == 0
+    real = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["real_weights"]
+    assert real["folder"] == str(smollm2_dir) and real["bench"]["params"] > 100e6
+    assert real["bench"]["filter_over_limit"] > 0 and real["bench"]["filter_over_naive"] > 0
+    p = real["precision"]
+    assert p["candidates"] == 12 and p["tau_filter"] == 1.0 and p["max_abs_margin_diff"] > 0  # bf16 moves them
+    assert p["max_diff_over_tau"] == pytest.approx(p["max_abs_margin_diff"], rel=1e-3)
+    assert set(real["finetune"]) == {"full", "lora"} and real["finetune"]["lora"]["trained"] < 10e6
+    assert real["generate"] == {"skipped": "no --run RUN_DIR (a finished run of these weights)"}
+
+
+def test_gpu_check_says_why_the_pretrained_part_is_missing(tmp_path):
+    from toolformer.bench.gpucheck import real_weights
+
+    out = real_weights("no-such-model", torch.device("cpu"), torch.float32, {}, "")
+    assert out["weights"] == "no-such-model" and "no-such-model" in out["skipped"]

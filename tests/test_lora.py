@@ -79,7 +79,7 @@ def test_lora_trains_the_rows_of_special_call_tokens(tmp_path, tiny_model_dir):
 
 @pytest.mark.parametrize("override, message", [
     ("finetune.lora_rank=0", "lora_rank: must be at least 1"),
-    ("finetune.method=qlora", "method: 'qlora' is not one of full, lora"),
+    ("finetune.method=adapters", "method: 'adapters' is not one of full, lora, qlora"),
     ("finetune.lora_dropout=1.0", r"lora_dropout: 1.0 is not in \[0, 1\)"),
 ])
 def test_bad_lora_settings_are_one_line(tmp_path, tiny_model_dir, override, message):
@@ -94,3 +94,72 @@ def test_lora_without_peft_names_the_extra(tmp_path, tiny_model_dir, monkeypatch
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else real(name, *a))
     with pytest.raises(ValueError, match=r"method: lora needs the package peft.*toolformer\[lora\]"):
         config(tmp_path, tiny_model_dir)
+
+
+def test_qlora_where_it_cannot_run_is_one_line_before_any_model_is_loaded(tmp_path, tiny_model_dir, monkeypatch):
+    import toolformer.lm.modeling as modeling
+    from toolformer.cli.app import main
+
+    def no_load(*a, **k):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(modeling, "load_model", no_load)
+    monkeypatch.setattr(modeling, "load_tokenizer", no_load)
+    write_sums_with_calls(tmp_path / "run")
+    cfg = config(tmp_path, tiny_model_dir, "finetune.method=qlora")
+    why = lora.qlora_unavailable() or "method: qlora needs a CUDA GPU and this run trains on cpu"
+    if torch.cuda.is_available() and not lora.qlora_unavailable():
+        pytest.skip("QLoRA can run here (a CUDA GPU and bitsandbytes): test_qlora_on_a_gpu runs it")
+    with pytest.raises(ValueError, match="^finetune.method: qlora ") as err:
+        run_stage(cfg)
+    assert str(err.value) == f"finetune.{why}" and "\n" not in why
+    yaml = tmp_path / "ft.yaml"
+    assert main(["finetune", "--config", str(yaml), "finetune.method=qlora"]) == 2  # the command: exit 2
+
+
+def test_qlora_says_what_is_missing(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "bitsandbytes" else real(n, *a))
+    assert "bitsandbytes, which is not installed here (pip install 'toolformer[qlora]'" in lora.qlora_unavailable()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: object() if n == "bitsandbytes" else real(n, *a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert lora.qlora_unavailable().startswith("method: qlora needs a CUDA GPU")
+    q = lora.quantization_config()
+    assert q.load_in_4bit and q.bnb_4bit_quant_type == "nf4" and q.bnb_4bit_compute_dtype == torch.bfloat16
+
+
+def test_an_adapter_merged_into_the_base_read_again_is_the_merged_model(tiny_model_dir, tmp_path):
+    """QLoRA's plain model (merge_into_base) is the LoRA model merged in place, here on a float32 base."""
+    from toolformer.config.finetune import FinetuneConfig
+    from toolformer.lm.modeling import load_model, load_tokenizer
+    from toolformer.tools.calls import get_style
+
+    torch.manual_seed(0)
+    tok = load_tokenizer(str(tiny_model_dir), get_style("special"))
+    model = lora.wrap(load_model(str(tiny_model_dir), torch.device("cpu"), torch.float32, tok),
+                      FinetuneConfig(method="lora", lora_rank=4), tok, get_style("special"))
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:  # as if trained: adapters and call-token rows away from their start
+                p.add_(0.05 * torch.randn_like(p))
+    merged = lora.save_merged(model, tmp_path, True, tok)
+    again = lora.merge_into_base(str(tiny_model_dir), tmp_path / lora.ADAPTER, tok)
+    ids = torch.tensor([[1, 5, 9, *lora.call_token_ids(tok, get_style("special")), 7]])
+    want, got = merged(input_ids=ids).logits, again(input_ids=ids).logits
+    assert not torch.allclose(want, load_model(str(tiny_model_dir), torch.device("cpu"), torch.float32,
+                                               tok)(input_ids=ids).logits, atol=1e-3)  # the adapter changed it
+    assert torch.allclose(want, got, atol=1e-5)  # float32 sums in another order: a last-digit tolerance
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.cuda.is_available() or bool(lora.qlora_unavailable()),
+                    reason="QLoRA needs a CUDA GPU and bitsandbytes (the device check runs it)")
+def test_qlora_on_a_gpu(tmp_path, tiny_model_dir):
+    write_sums_with_calls(tmp_path / "run")
+    run_stage(config(tmp_path, tiny_model_dir, "finetune.method=qlora", "model.device=cuda"))
+    out = tmp_path / "run" / "model"
+    tuned = AutoModelForCausalLM.from_pretrained(out)
+    assert not any("lora" in k or "base_layer" in k or "quant" in k for k in tuned.state_dict())
+    assert json.loads((out / "toolformer.json").read_text())["training"]["method"] == "qlora"

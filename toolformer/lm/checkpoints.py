@@ -37,7 +37,7 @@ def save_whole(accelerator, model, tokenizer, output_dir: Path, dtype: torch.dty
     plain = accelerator.unwrap_model(model)
     try:
         if lora.is_adapted(plain):  # the adapter into tmp/adapter; the model with the adapters merged
-            plain = lora.save_merged(plain, tmp, main)
+            plain = lora.save_merged(plain, tmp, main, tokenizer)
             state = plain.state_dict()
         else:
             state = accelerator.get_state_dict(model)  # whole on the main process, also under FSDP

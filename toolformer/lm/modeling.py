@@ -72,6 +72,14 @@ def check_markers(tokenizer, style: CallStyle, where: str = "") -> None:
                              f"{style.name!r} (decodes as {back!r}); use calls.style=special to add marker tokens")
 
 
+def fit_rows(model, tokenizer) -> None:
+    """Rows for the call tokens that ``tokenizer`` added (none: nothing to do)."""
+    if tokenizer is not None:
+        init_call_rows(model, tokenizer)  # call tokens were added: their rows, the same way whatever the padding
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+
+
 def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=None):
     """Any ``AutoModelForCausalLM`` from a folder or hub id, in eval mode."""
     from transformers import AutoModelForCausalLM
@@ -80,16 +88,12 @@ def load_model(path: str, device: torch.device, dtype: torch.dtype, tokenizer=No
         raise ValueError("model.path: no model configured")
     _check_local(path, "model")
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
-    # The ignores: torch types a module's attribute as Tensor | Module, and transformers wraps `to` (@wraps of
-    # Module.to), which mypy reads as an unbound function.
-    if tokenizer is not None:
-        init_call_rows(model, tokenizer)  # call tokens were added: their rows, the same way whatever the padding
-        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # type: ignore[index]
-            model.resize_token_embeddings(len(tokenizer))
+    fit_rows(model, tokenizer)
     if device.type == "cpu":
         from toolformer.lm.threads import follow_load
 
         follow_load(model)
+    # The ignore: transformers wraps `to` (@wraps of Module.to), which mypy reads as an unbound function.
     return model.to(device).eval()  # type: ignore[arg-type]
 
 

@@ -145,7 +145,8 @@ class Trainer:
             prepare_checkpoints(self.output_dir / CHECKPOINTS, resume, run_key)
         self.accelerator.wait_for_everyone()
         set_seed(self.args.seed)
-        model = self.model.float()  # master weights in float32 (see module docstring)
+        # Master weights in float32 (see module docstring); a 4-bit base (QLoRA) keeps its own types.
+        model = self.model if getattr(self.model, "is_loaded_in_4bit", False) else self.model.float()
         if self.args.gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5 name

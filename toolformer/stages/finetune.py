@@ -150,6 +150,22 @@ def training_record(cfg: PipelineConfig) -> dict:
             "adapter": ADAPTER, "merged": True}
 
 
+def _check_method_here(cfg: PipelineConfig, state) -> None:
+    """A ValueError in one line when ``finetune.method`` cannot run on this machine (QLoRA without bitsandbytes,
+    a GPU or a single process), before any model is loaded."""
+    if cfg.finetune.method != "qlora":
+        return
+    from toolformer.lm.lora import qlora_unavailable
+
+    why = qlora_unavailable()
+    if not why and state.device.type != "cuda":
+        why = f"method: qlora needs a CUDA GPU and this run trains on {state.device.type}"
+    if not why and state.num_processes > 1:
+        why = f"method: qlora trains in one process on one GPU; this launch has {state.num_processes}"
+    if why:
+        raise ValueError(f"finetune.{why}")
+
+
 def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
     """The model (float32, on the CPU: the training loop moves it to this process's device), its tokenizer and
     the row length; on a CPU the processes share its cores."""
@@ -165,19 +181,24 @@ def _load_for_training(cfg: PipelineConfig, state) -> tuple[Any, Any, int]:
         # Several processes on one machine share its cores; one alone follows the load.
         set_threads(cfg.model.threads, share=state.num_processes)
     tokenizer = load_tokenizer(cfg.model.tokenizer or cfg.model.path, get_style(cfg.calls.style))
-    # Loaded in float32 on the CPU; the training loop moves it to this process's device.
-    model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
+    if cfg.finetune.method == "qlora":  # 4 bits, on this process's GPU (checked: _check_method_here)
+        from toolformer.lm.lora import load_4bit
+
+        model = load_4bit(cfg.model.path, state.device, tokenizer, cfg.finetune.gradient_checkpointing)
+    else:  # float32 on the CPU; the training loop moves it to this process's device
+        model = load_model(cfg.model.path, torch.device("cpu"), torch.float32, tokenizer)
     seq_len = min(cfg.finetune.max_length, model_window(model))
     if getattr(tokenizer, "call_rows_note", "") and state.is_main_process:
         print(f"finetune: {tokenizer.call_rows_note}")
-    if cfg.finetune.method == "lora":
+    if cfg.finetune.method != "full":
         from toolformer.lm import lora
 
         model = lora.wrap(model, cfg.finetune, tokenizer, get_style(cfg.calls.style))
         trained, total = lora.trainable_share(model)
         if state.is_main_process:
             layers = ", ".join(sorted(model.peft_config["default"].target_modules))
-            print(f"finetune: LoRA rank {cfg.finetune.lora_rank} on {layers}: {trained:,} of {total:,} parameters "
+            kind = "QLoRA (4-bit base)" if cfg.finetune.method == "qlora" else "LoRA"
+            print(f"finetune: {kind} rank {cfg.finetune.lora_rank} on {layers}: {trained:,} of {total:,} parameters "
                   f"trained ({trained / total:.2%})")
     return model, tokenizer, seq_len
 
@@ -201,6 +222,7 @@ def run_stage(cfg: PipelineConfig, force: bool = False, **options: Any) -> Stage
     stage_options("finetune", options)
     check_finetune_output(cfg)  # never save over the model (or data) being read
     state = PartialState(cpu=use_cpu())
+    _check_method_here(cfg, state)
     stage = StageFolder(cfg.run_dir, "finetune")
     data_path = dataset_dir(cfg)
     if not cfg.finetune.dataset:
