@@ -129,3 +129,12 @@ def test_gpu_check_says_why_the_pretrained_part_is_missing(tmp_path):
 
     out = real_weights("no-such-model", torch.device("cpu"), torch.float32, {}, "")
     assert out["weights"] == "no-such-model" and "no-such-model" in out["skipped"]
+
+
+@pytest.mark.parametrize("method", ["full", "lora"])
+def test_a_method_measured_with_gradient_checkpointing_trains_what_it_should(tiny_model_dir, method):
+    from toolformer.bench.methods import measure_one
+
+    out = measure_one(tiny_model_dir, method, 2, 16, 1, torch.device("cpu"), torch.float32, checkpointing=True)
+    assert out["gradient_checkpointing"] and out["rows"] == "2x16" and out["tokens_per_s"] > 0
+    assert (out["trained"] == out["parameters"]) == (method == "full") and out["peak_mib"] > 0

@@ -102,7 +102,7 @@ def timed_steps(model, opt, ids: torch.Tensor, dtype: torch.dtype, warmup: int, 
 
 
 def measure_one(folder: str, method: str, rows: int, row_tokens: int, steps: int, device: torch.device,
-                dtype: torch.dtype) -> dict:
+                dtype: torch.dtype, checkpointing: bool = False) -> dict:
     """Tokens/s and peak memory of ``steps`` fine-tuning steps of ``method`` on the model of ``folder``."""
     from toolformer.lm.modeling import load_model
 
@@ -113,6 +113,10 @@ def measure_one(folder: str, method: str, rows: int, row_tokens: int, steps: int
     else:
         base = load_model(folder, device, torch.float32)
     model = _adapted(base, method).train()
+    if checkpointing:  # finetune.gradient_checkpointing, as the training loop sets it
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if method != "full":
+            model.enable_input_require_grads()
     vocab = model.get_input_embeddings().weight.shape[0]
     ids = torch.randint(3, vocab, (rows, row_tokens), generator=torch.Generator().manual_seed(0)).to(device)
     with torch.no_grad():  # read every weight once: mapped from the file, they would be paged in by the first step
@@ -128,6 +132,7 @@ def measure_one(folder: str, method: str, rows: int, row_tokens: int, steps: int
     secs = timed_steps(model, opt, ids, dtype, 1, steps)  # the warm-up's memory counts: Adam's state is made there
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else _status_mib("VmHWM")
     return {"method": method, "device": device.type, "dtype": str(dtype).removeprefix("torch."),
+            "gradient_checkpointing": checkpointing,
             "rows": f"{rows}x{row_tokens}", "steps": steps, "trained": sum(p.numel() for p in trained),
             "parameters": sum(p.numel() for p in model.parameters()),
             "seconds_per_step": round(secs / steps, 3), "tokens_per_s": round(rows * row_tokens * steps / secs, 1),
@@ -135,14 +140,14 @@ def measure_one(folder: str, method: str, rows: int, row_tokens: int, steps: int
 
 
 def compare(folder: str, methods: tuple[str, ...] = METHODS, rows: int = 4, row_tokens: int = 256, steps: int = 3,
-            device: str = "cpu", dtype: str = "float32", threads: int = 0) -> dict:
+            device: str = "cpu", dtype: str = "float32", threads: int = 0, checkpointing: bool = False) -> dict:
     """Each method of ``methods`` measured in a fresh process; ``memory_over_full``: each one's peak against full
     fine-tuning's."""
     out: dict = {"folder": str(folder), "methods": {}}
     for method in methods:
         cmd = [sys.executable, "-m", "toolformer.bench.methods", "--weights", str(folder), "--one", method,
                "--rows", str(rows), "--row-tokens", str(row_tokens), "--steps", str(steps), "--device", device,
-               "--dtype", dtype, "--threads", str(threads)]
+               "--dtype", dtype, "--threads", str(threads)] + (["--gradient-checkpointing"] if checkpointing else [])
         done = subprocess.run(cmd, capture_output=True, text=True, env=os.environ | MALLOC)
         if done.returncode != 0:
             raise ValueError(f"bench methods: {method} failed (exit {done.returncode}): "
@@ -181,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--gradient-checkpointing", action="store_true", help="as finetune.gradient_checkpointing: true")
     a = p.parse_args(argv)
     from toolformer.lm.lora import qlora_unavailable
     from toolformer.lm.modeling import set_threads
@@ -190,14 +196,15 @@ def main(argv: list[str] | None = None) -> int:
         folder = str(model_folder(a.weights))
         if a.one:
             print(json.dumps(measure_one(folder, a.one, a.rows, a.row_tokens, a.steps, torch.device(a.device),
-                                         getattr(torch, a.dtype))))
+                                         getattr(torch, a.dtype), a.gradient_checkpointing)))
             return 0
         methods = tuple(m for m in a.methods.split(",") if m)
         if unknown := [m for m in methods if m not in CHOICES]:
             raise ValueError(f"--methods: {', '.join(unknown)} not one of {', '.join(CHOICES)}")
         if "qlora" in methods and (why := qlora_unavailable()):
             raise ValueError(f"--methods qlora: {why.removeprefix('method: qlora ')}")
-        result = compare(folder, methods, a.rows, a.row_tokens, a.steps, a.device, a.dtype, a.threads)
+        result = compare(folder, methods, a.rows, a.row_tokens, a.steps, a.device, a.dtype, a.threads,
+                         a.gradient_checkpointing)
     except ValueError as e:
         print(f"bench methods: error: {e}", file=sys.stderr)
         return 2
