@@ -34,6 +34,35 @@ def test_prompt_cache_gives_the_same_scores_as_full_prompts(model_tok):
         assert all(0.0 <= p <= 1.0 for p in x)
 
 
+def test_position_scores_fit_a_large_vocabulary_and_read_only_the_logits_they_need(model_tok, monkeypatch):
+    """A forward's logits are bounded by the vocabulary (a 262,144-row output layer would make 16 GiB of a
+    16,384-token budget) and cover only the document's positions: the same scores either way."""
+    import toolformer.lm.modeling as modeling
+    from toolformer.lm.modeling import last_logits, logit_token_budget
+
+    model, tok = model_tok
+    prompt = render_prompt(REGISTRY["Calculator"], "{text}", PLAIN)
+    docs = _docs(tok, ["The farm sold 340 eggs and 275 more, 615 in all.", "Short one.", "A b c 1 2 3 = 6 ok"])
+    want = Sampler(model, tok, PLAIN, prompt, [tok.bos_token_id]).score_positions(docs, batch_tokens=4096)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    assert logit_token_budget(model, 4096, max_bytes=4 * vocab * 20) == 20 and logit_token_budget(model, 7) == 7
+    seen = []
+    real = model.forward
+
+    def forward(*a, **k):
+        seen.append(((k["input_ids"] if "input_ids" in k else a[0]).shape, k.get("logits_to_keep")))
+        return real(*a, **k)
+
+    monkeypatch.setattr(modeling, "LOGIT_BYTES", 4 * vocab * 20)  # 20 tokens of logits a forward
+    monkeypatch.setattr(model, "forward", forward)
+    got = Sampler(model, tok, PLAIN, prompt, [tok.bos_token_id]).score_positions(docs, batch_tokens=4096)
+    assert all(x == pytest.approx(y, abs=1e-5) for x, y in zip(got, want))
+    scored = [(shape, keep) for shape, keep in seen if keep is not None and keep > 1]
+    assert len(scored) == 3 and all(shape[0] * shape[1] <= 20 or shape[0] == 1 for shape, _ in scored)
+    assert all(keep < shape[1] + 1 for shape, keep in scored)  # the prompt's positions make no logits
+    assert last_logits(torch.nn.Linear(2, 2), 1) == {}  # a forward without logits_to_keep: all, sliced after
+
+
 def test_sampling_writes_closed_calls_and_drops_unclosed(model_tok):
     _, tok = model_tok
     from toolformer.lm.textpos import marker_token_ids

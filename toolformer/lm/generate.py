@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 import torch
 
 from toolformer.lm.constrain import MAX_INPUT_CHARS, call_grammar
-from toolformer.lm.modeling import cache_kwarg, document_start, model_window, output_cache
+from toolformer.lm.modeling import cache_kwarg, document_start, last_logits, model_window, output_cache
 from toolformer.lm.textpos import marker_token_ids
 from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle, parse_calls, strip_calls
@@ -232,7 +232,8 @@ class _Decoder:
 
 
 def _forward(model, ids, mask, positions, past, cache_arg: str):
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_arg: past})
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, **{cache_arg: past},
+                **last_logits(model, 1))  # the last position's logits only: a prompt's would fill GiBs
     return out.logits[:, -1, :], output_cache(out)  # (B, V)
 
 

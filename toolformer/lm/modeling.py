@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from pathlib import Path
 
 import torch
@@ -70,6 +71,33 @@ def check_markers(tokenizer, style: CallStyle, where: str = "") -> None:
         if not ids or back != marker or (tokenizer.unk_token_id is not None and tokenizer.unk_token_id in ids):
             raise ValueError(f"tokenizer {where}: cannot represent the call marker {marker!r} of style "
                              f"{style.name!r} (decodes as {back!r}); use calls.style=special to add marker tokens")
+
+
+LOGIT_BYTES = 1 << 30
+"""Float32 logits one forward may hold where all its positions' logits are made (perplexity, position scoring): a
+262,144-row output layer (Gemma) takes 1,024 tokens."""
+
+
+def logit_token_budget(model, tokens: int, max_bytes: int = 0) -> int:
+    """``tokens``, or fewer where one forward's float32 logits over them would pass ``max_bytes`` (0:
+    :data:`LOGIT_BYTES`); at least 1."""
+    max_bytes = max_bytes or LOGIT_BYTES
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    vocab = head.weight.shape[0] if head is not None else model.config.vocab_size
+    return max(1, min(tokens, max_bytes // (4 * vocab)))
+
+
+_TAKES_KEEP: dict[type, bool] = {}  # model class -> whether its forward takes logits_to_keep
+
+
+def last_logits(model, keep: int) -> dict:
+    """The forward keywords that make only the last ``keep`` positions' logits (0: all), where the model's forward
+    takes ``logits_to_keep`` (transformers' causal LMs); else none, and the caller slices."""
+    kind = type(model)
+    if kind not in _TAKES_KEEP:
+        forward = getattr(kind, "forward", None)
+        _TAKES_KEEP[kind] = forward is not None and "logits_to_keep" in inspect.signature(forward).parameters
+    return {"logits_to_keep": keep} if keep > 0 and _TAKES_KEEP[kind] else {}
 
 
 def fit_rows(model, tokenizer) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from toolformer.lm.modeling import cache_kwarg, output_cache
+from toolformer.lm.modeling import cache_kwarg, last_logits, logit_token_budget, output_cache
 from toolformer.lm.textpos import TokenizedText, marker_token_ids, vocab_ids
 from toolformer.lm.tokenizer import encode_piece
 from toolformer.tools.calls import CallStyle, parse_calls
@@ -69,16 +69,18 @@ def _left_pad(rows: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor,
     return ids.to(device), mask.to(device)
 
 
-def _forward(model, ids, new_mask, past_mask, cache, offset):
+def _forward(model, ids, new_mask, past_mask, cache, offset, keep: int = 0):
     """One forward over left-padded new tokens after cached ones.
 
     new_mask: (B, T) 1 for real new tokens; past_mask: (B, P) for the cached
     tokens (prefix included); offset: (B,) position of each row's first new
     real token. Positions count real tokens only, so padding never shifts them.
+    keep > 0: logits of the last ``keep`` positions only, where the model can (the rest are never read).
     """
     position_ids = offset.unsqueeze(1) + (new_mask.cumsum(-1) - 1).clamp(min=0)  # (B, T)
     attention_mask = torch.cat([past_mask, new_mask], dim=1)  # (B, P + T)
     kwargs = {cache_kwarg(model): cache} if cache is not None else {}
+    kwargs |= last_logits(model, keep)
     return model(input_ids=ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **kwargs)
 
 
@@ -141,11 +143,14 @@ class Sampler:
         rows = self.prompt_rows(docs)
         out: list[list[float]] = [[] for _ in docs]
         start_ids = torch.tensor(self.start_ids, device=self.device)
-        for group in batches_by_budget([len(r) for r, _ in rows], batch_tokens):
+        # A vocabulary of 262,144 rows would make 16 GiB of logits of a 16,384-token budget: fewer tokens then.
+        budget = logit_token_budget(self.model, batch_tokens)
+        for group in batches_by_budget([len(r) for r, _ in rows], budget):
             ids, mask = _left_pad([rows[k][0] for k in group], self.pad_id, self.device)
             n_max = max(len(docs[k][1].ids) for k in group)
             cache, past, offset = self._start_batch(len(group))
-            logits = _forward(self.model, ids, mask, past, cache, offset).logits[:, -(n_max + 1) : -1]  # (B, n_max, V)
+            step = _forward(self.model, ids, mask, past, cache, offset, keep=n_max + 1)
+            logits = step.logits[:, -(n_max + 1) : -1]  # (B, n_max, V)
             p = torch.softmax(logits.float(), dim=-1)[..., start_ids].sum(-1)  # (B, n_max)
             for b, k in enumerate(group):
                 n = len(docs[k][1].ids)
@@ -228,7 +233,7 @@ class Sampler:
         ids, mask = _left_pad([r for r, _ in rows], self.pad_id, self.device)
         width = ids.shape[1]
         cache, past, offset = self._start_batch(len(rows))
-        out = _forward(self.model, ids, mask, past, cache, offset)
+        out = _forward(self.model, ids, mask, past, cache, offset, keep=1)  # its cache is what is read
         cache, past = output_cache(out), torch.cat([past, mask], dim=1)
         doc_of, cut, before, first, where = [], [], [], [], []
         for d, ((row, x0), plan, x) in enumerate(zip(rows, plans, text_ids)):

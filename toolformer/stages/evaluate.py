@@ -74,9 +74,9 @@ PPL_LOGIT_BYTES = 1 << 30  # float32 logits of one perplexity forward: Gemma's 2
 def ppl_token_budget(model) -> int:
     """Tokens of one perplexity forward: :data:`PPL_TOKENS`, fewer where the logits would pass
     :data:`PPL_LOGIT_BYTES` (at least one row is always taken)."""
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    vocab = head.weight.shape[0] if head is not None else model.config.vocab_size
-    return max(1, min(PPL_TOKENS, PPL_LOGIT_BYTES // (4 * vocab)))
+    from toolformer.lm.modeling import logit_token_budget
+
+    return logit_token_budget(model, PPL_TOKENS, PPL_LOGIT_BYTES)
 
 
 @dataclass
