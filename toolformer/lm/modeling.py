@@ -83,7 +83,9 @@ def logit_token_budget(model, tokens: int, max_bytes: int = 0) -> int:
     :data:`LOGIT_BYTES`); at least 1."""
     max_bytes = max_bytes or LOGIT_BYTES
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    vocab = head.weight.shape[0] if head is not None else model.config.vocab_size
+    vocab = head.weight.shape[0] if head is not None else getattr(getattr(model, "config", None), "vocab_size", 0)
+    if not vocab:  # a model that does not say its vocabulary (a scripted one): the budget as given
+        return max(1, tokens)
     return max(1, min(tokens, max_bytes // (4 * vocab)))
 
 
